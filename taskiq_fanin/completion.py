@@ -1,0 +1,189 @@
+"""Recording a member's outcome and, for the member that completes its group,
+enqueueing the continuation exactly once (invariants 2, 3 and 5).
+"""
+
+import logging
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydantic_core import to_json
+from taskiq import TaskiqResult
+
+from taskiq_fanin.keys import GroupKeys, index_key
+from taskiq_fanin.labels import ContinuationRef, MemberRef
+from taskiq_fanin.models import FailurePolicy, GroupResult, MemberError
+from taskiq_fanin.scripts import CollectedOutcomes, Outcome, Recorded
+from taskiq_fanin.signature import Signature
+
+if TYPE_CHECKING:
+    from taskiq_fanin.middleware import FanInMiddleware
+
+logger = logging.getLogger("taskiq_fanin")
+
+#: Who claims a finaliser lease, for inspection.
+CLAIMANT = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def now_ms() -> int:
+    """The clock every script is given (scripts never read their own)."""
+    return int(time.time() * 1000)
+
+
+def result_payload(value: Any, limit: int, ref: MemberRef) -> str:
+    """A member's result as JSON for the results hash; '' keeps nothing.
+
+    ``None`` is not stored at all (it is what a missing entry reads as), and a result
+    that is too large or not JSON is dropped with a warning: the member still counts.
+    """
+    if value is None:
+        return ""
+    try:
+        payload = to_json(value).decode()
+    except Exception as exc:  # noqa: BLE001 - any serializer failure means "drop"
+        logger.warning("Group %s member %s: result not kept (%s)", ref.group_id, ref.index, exc)
+        return ""
+    if len(payload) > limit:
+        logger.warning(
+            "Group %s member %s: result of %d bytes not kept (limit %d)",
+            ref.group_id,
+            ref.index,
+            len(payload),
+            limit,
+        )
+        return ""
+    return payload
+
+
+def error_payload(error: BaseException | None, limit: int) -> str:
+    """A failed member's error as a small JSON summary."""
+    summary = MemberError(
+        type=type(error).__name__ if error is not None else "UnknownError",
+        message=str(error)[:limit] if error is not None else "",
+    )
+    return summary.model_dump_json()
+
+
+async def record_member(
+    fanin: "FanInMiddleware", ref: MemberRef, result: TaskiqResult[Any]
+) -> Recorded:
+    """Record a member's terminal outcome; finalise the group if it completed it."""
+    keys = GroupKeys(fanin.config.prefix, ref.group_id)
+    if result.is_err:
+        outcome = Outcome.FAILED
+        payload = error_payload(result.error, fanin.config.max_result_bytes)
+    else:
+        outcome = Outcome.DONE
+        payload = result_payload(result.return_value, fanin.config.max_result_bytes, ref)
+    recorded = await fanin.scripts.record_outcome(
+        keys,
+        token=ref.token,
+        index=ref.index,
+        outcome=outcome,
+        payload=payload,
+        now_ms=now_ms(),
+        lease_ms=int(fanin.config.lease * 1000),
+        claimant=CLAIMANT,
+    )
+    if recorded in (Recorded.NO_GROUP, Recorded.TOKEN_MISMATCH, Recorded.NOT_MEMBER):
+        logger.warning("Group %s member %s: %s", ref.group_id, ref.index, recorded.name)
+    elif recorded is Recorded.CONFLICT:
+        logger.warning(
+            "Group %s member %s: already recorded with the other outcome; %s ignored",
+            ref.group_id,
+            ref.index,
+            outcome.value,
+        )
+    if recorded is Recorded.CLAIMED:
+        await finalise(fanin, ref.group_id, ref.token)
+    return recorded
+
+
+def build_result(group_id: str, collected: CollectedOutcomes) -> GroupResult:
+    """The ``GroupResult`` a continuation receives."""
+    return GroupResult(
+        group_id=group_id,
+        total=collected.total,
+        succeeded=collected.done,
+        results=[collected.results.get(index) for index in collected.done],
+        failed={
+            index: MemberError.model_validate(collected.errors[index])
+            if index in collected.errors
+            else MemberError(type="UnknownError", message="")
+            for index in collected.failed
+        },
+    )
+
+
+def choose_continuation(
+    collected: CollectedOutcomes, result: GroupResult
+) -> tuple[str, Signature | None]:
+    """By the failure policy: ('then' | 'on_error' | 'none', signature to kick)."""
+    if result.failed and collected.policy == FailurePolicy.FAIL.value:
+        kind, encoded = "on_error", collected.on_error
+    else:
+        kind, encoded = "then", collected.then
+    if not encoded:
+        return "none", None
+    return kind, Signature.from_ledger(encoded)
+
+
+async def finalise(fanin: "FanInMiddleware", group_id: str, token: str) -> None:
+    """Enqueue the continuation of a claimed group, then release the claim.
+
+    Called by the member that claimed the finaliser lease, and by the sweep when a
+    lease expired before the dispatch was recorded; the deterministic task id and
+    the continuation guard keep a second dispatch from running twice.
+    """
+    keys = GroupKeys(fanin.config.prefix, group_id)
+    collected = await fanin.scripts.collect_outcomes(keys, token=token)
+    if collected is None:
+        logger.warning("Group %s vanished before it could be finalised", group_id)
+        return
+    result = build_result(group_id, collected)
+    kind, continuation = choose_continuation(collected, result)
+    if continuation is not None:
+        ref = ContinuationRef(group_id=group_id, token=token, kind=kind)
+        await (
+            continuation.with_labels(**ref.label())
+            .kicker(fanin.broker)
+            .with_task_id(ref.task_id)
+            .kiq(result, *continuation.args, **continuation.kwargs)
+        )
+    await fanin.scripts.mark_dispatched(
+        keys,
+        token=token,
+        now_ms=now_ms(),
+        dispatched=kind,
+        tombstone_ms=int(fanin.config.tombstone_ttl * 1000),
+    )
+    if continuation is None:
+        await fanin.redis.zrem(index_key(fanin.config.prefix), group_id)
+    logger.info(
+        "Group %s finalised: %d done, %d failed, continuation %s",
+        group_id,
+        result.done_count,
+        result.failed_count,
+        kind,
+    )
+
+
+async def is_completed(fanin: "FanInMiddleware", ref: ContinuationRef) -> bool:
+    """True when this continuation already ran to its end (a redelivery)."""
+    keys = GroupKeys(fanin.config.prefix, ref.group_id)
+    meta = await fanin.redis.hmget(keys.meta, ["token", "state"])
+    token, state = (v.decode() if isinstance(v, bytes) else v for v in meta)
+    return token == ref.token and state == "completed"
+
+
+async def complete_continuation(fanin: "FanInMiddleware", ref: ContinuationRef) -> None:
+    """The continuation ran to its end: shrink the group to its tombstone."""
+    keys = GroupKeys(fanin.config.prefix, ref.group_id)
+    await fanin.scripts.mark_completed(
+        keys,
+        token=ref.token,
+        now_ms=now_ms(),
+        tombstone_ms=int(fanin.config.tombstone_ttl * 1000),
+    )
+    await fanin.redis.zrem(index_key(fanin.config.prefix), ref.group_id)

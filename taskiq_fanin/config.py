@@ -1,0 +1,72 @@
+"""Options of the middleware and of each group, with their defaults and checks."""
+
+from dataclasses import dataclass
+
+from taskiq_fanin.errors import InvalidOptionError
+from taskiq_fanin.models import FailurePolicy
+
+#: Every key of a group expires after this long, finished or not.
+DEFAULT_TTL_SECONDS = 7 * 24 * 3600
+#: A group still open this long after planning is stuck (for the sweep).
+DEFAULT_DEADLINE_SECONDS = 3600
+#: How long a finaliser may take to enqueue the continuation before the sweep may.
+DEFAULT_LEASE_SECONDS = 60
+#: How long a completed group's meta stays to absorb late duplicates.
+DEFAULT_TOMBSTONE_SECONDS = 24 * 3600
+#: The widest group one call may plan.
+DEFAULT_MAX_GROUP_SIZE = 100_000
+#: A member result larger than this (as JSON) is not kept; the member still counts.
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024
+#: How many member kicks a planner keeps in flight at once.
+DEFAULT_DISPATCH_CONCURRENCY = 64
+#: Key prefix; every key of the library starts with it.
+DEFAULT_PREFIX = "fanin"
+
+
+def positive(name: str, value: float) -> float:
+    """Return ``value`` if it is a positive number, else raise a typed error."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise InvalidOptionError(name=name, value=value, reason="must be positive")
+    return value
+
+
+@dataclass(frozen=True)
+class FanInConfig:
+    """Validated middleware options (see ``FanInMiddleware`` for their meaning)."""
+
+    prefix: str = DEFAULT_PREFIX
+    ttl: float = DEFAULT_TTL_SECONDS
+    deadline: float = DEFAULT_DEADLINE_SECONDS
+    lease: float = DEFAULT_LEASE_SECONDS
+    tombstone_ttl: float = DEFAULT_TOMBSTONE_SECONDS
+    max_group_size: int = DEFAULT_MAX_GROUP_SIZE
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY
+    failure_policy: FailurePolicy = FailurePolicy.CONTINUE
+
+    def __post_init__(self) -> None:
+        if not self.prefix or any(c in self.prefix for c in "{} "):
+            raise InvalidOptionError(
+                name="prefix", value=self.prefix, reason="non-empty, no braces/spaces"
+            )
+        for name in ("ttl", "deadline", "lease", "tombstone_ttl"):
+            positive(name, getattr(self, name))
+        for name in ("max_group_size", "max_result_bytes", "dispatch_concurrency"):
+            positive(name, getattr(self, name))
+        if self.deadline > self.ttl:
+            raise InvalidOptionError(
+                name="deadline", value=self.deadline, reason="must not exceed ttl"
+            )
+        object.__setattr__(self, "failure_policy", policy(self.failure_policy))
+
+
+def policy(value: "FailurePolicy | str") -> FailurePolicy:
+    """Parse a failure policy, with a typed error for an unknown one."""
+    try:
+        return FailurePolicy(value)
+    except ValueError:
+        raise InvalidOptionError(
+            name="failure_policy",
+            value=value,
+            reason="one of " + ", ".join(p.value for p in FailurePolicy),
+        ) from None

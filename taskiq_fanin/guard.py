@@ -1,0 +1,65 @@
+"""Keeping a continuation that already ran from running again, and knowing which
+message a task body is running for.
+
+taskiq has no way for a middleware to skip a task, so a continuation whose group
+is already completed is skipped by a thin wrapper around the task's function,
+installed the first time it is needed. The wrapper raises ``NoResultError``,
+which taskiq treats as "ran, store nothing", and the retry middlewares ignore.
+"""
+
+import functools
+import inspect
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from taskiq import AsyncBroker, NoResultError, TaskiqMessage
+
+if TYPE_CHECKING:
+    from taskiq_fanin.middleware import FanInMiddleware
+
+#: The message the current task body runs for, and the middleware that saw it.
+current: ContextVar[tuple["FanInMiddleware", TaskiqMessage] | None] = ContextVar(
+    "taskiq_fanin_current", default=None
+)
+#: Set for one message when its body must not run.
+_skip: ContextVar[bool] = ContextVar("taskiq_fanin_skip", default=False)
+
+_GUARDED = "__taskiq_fanin_guarded__"
+
+
+def skip_current_message(broker: AsyncBroker, message: TaskiqMessage) -> None:
+    """Make this message's task body a no-op, leaving other messages alone."""
+    task = broker.find_task(message.task_name)
+    if task is None:
+        return
+    func = task.original_func
+    if not getattr(func, _GUARDED, False):
+        task.original_func = _guarded(func)
+    _skip.set(True)
+
+
+def _guarded(func: Any) -> Any:
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+            if _skip.get():
+                raise NoResultError
+            return await func(*args, **kwargs)
+
+        setattr(guarded_async, _GUARDED, True)
+        return guarded_async
+
+    @functools.wraps(func)
+    def guarded_sync(*args: Any, **kwargs: Any) -> Any:
+        if _skip.get():
+            raise NoResultError
+        return func(*args, **kwargs)
+
+    setattr(guarded_sync, _GUARDED, True)
+    return guarded_sync
+
+
+def reset_skip() -> None:
+    """Forget the skip flag once the message is done (brokers may run inline)."""
+    _skip.set(False)

@@ -1,0 +1,90 @@
+"""The Redis key layout, in one place.
+
+Every key of one group shares the hash tag ``{<group_id>}`` so that every script
+touches a single Cluster slot. The open-groups index is the only key outside a
+group; it may be stale, and readers trust each group's own keys.
+"""
+
+import re
+from dataclasses import dataclass
+
+from taskiq_fanin.errors import InvalidGroupIdError
+
+# Letters, digits and ``-_.:``; no braces (they would break the hash tag).
+GROUP_ID_PATTERN = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
+
+
+def validate_group_id(group_id: str) -> str:
+    """Return ``group_id`` unchanged, or raise if it cannot be used in a key."""
+    if not isinstance(group_id, str):
+        raise InvalidGroupIdError(group_id=repr(group_id), reason="must be a string")
+    if not GROUP_ID_PATTERN.fullmatch(group_id):
+        raise InvalidGroupIdError(
+            group_id=group_id,
+            reason="use 1 to 128 letters, digits or '-_.:' (no braces or spaces)",
+        )
+    return group_id
+
+
+@dataclass(frozen=True)
+class GroupKeys:
+    """Names of the keys of one group."""
+
+    prefix: str
+    group_id: str
+
+    def _key(self, part: str) -> str:
+        return f"{self.prefix}:{{{self.group_id}}}:{part}"
+
+    @property
+    def meta(self) -> str:
+        """Hash: total, state, token, times, continuations, policy, counts."""
+        return self._key("meta")
+
+    @property
+    def plan(self) -> str:
+        """Hash: member index -> serialized member (the ledger)."""
+        return self._key("plan")
+
+    @property
+    def done(self) -> str:
+        """Set: indexes of members that succeeded."""
+        return self._key("done")
+
+    @property
+    def failed(self) -> str:
+        """Set: indexes of members that failed for good."""
+        return self._key("failed")
+
+    @property
+    def results(self) -> str:
+        """Hash: member index -> JSON result."""
+        return self._key("results")
+
+    @property
+    def errors(self) -> str:
+        """Hash: member index -> JSON error summary."""
+        return self._key("errors")
+
+    @property
+    def claim(self) -> str:
+        """String: the finaliser's lease, set with NX and an expiry."""
+        return self._key("claim")
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        """Every key of the group, in the order the scripts expect them."""
+        return (
+            self.meta,
+            self.plan,
+            self.done,
+            self.failed,
+            self.results,
+            self.errors,
+            self.claim,
+        )
+
+
+def index_key(prefix: str) -> str:
+    """Sorted set of open group ids scored by deadline (ms)."""
+    return f"{prefix}:index"

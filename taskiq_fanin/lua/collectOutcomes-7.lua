@@ -1,0 +1,24 @@
+--[[
+  Everything the finaliser needs to build the GroupResult and pick the
+  continuation, read in one step.
+
+  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
+  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+
+  ARGV[1] token
+
+  Returns {} when the group is missing or the token differs, else
+  {total, then, on_error, policy, state, done members, failed members,
+   results (flat field/value list), errors (flat field/value list)}.
+]]
+local meta = redis.call('HMGET', KEYS[1], 'token', 'total', 'then', 'on_error', 'policy', 'state')
+if meta[1] ~= ARGV[1] then
+  return {}
+end
+return {
+  meta[2], meta[3], meta[4], meta[5], meta[6],
+  redis.call('SMEMBERS', KEYS[3]),
+  redis.call('SMEMBERS', KEYS[4]),
+  redis.call('HGETALL', KEYS[5]),
+  redis.call('HGETALL', KEYS[6]),
+}

@@ -1,0 +1,22 @@
+--[[
+  The continuation ran to its end: shrink the group to a tombstone (its meta,
+  with a short TTL) so a redelivered continuation or a late member changes nothing.
+
+  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
+  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+
+  ARGV[1] token
+  ARGV[2] now        epoch ms
+  ARGV[3] tombstone  ms to keep the meta
+
+  Returns 1 when completed now, 0 when missing, not this token's, or already
+  completed.
+]]
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state')
+if meta[1] ~= ARGV[1] or meta[2] == 'completed' then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', ARGV[2])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1

@@ -1,0 +1,29 @@
+--[[
+  The finaliser has enqueued the continuation: record which one, and release the
+  lease. A continuation of 'none' (no continuation applies) completes the group.
+
+  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
+  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+
+  ARGV[1] token
+  ARGV[2] now        epoch ms
+  ARGV[3] dispatched 'then' | 'on_error' | 'none'
+  ARGV[4] tombstone  ms a completed group's meta is kept to absorb late duplicates
+
+  Returns 1 when recorded, 0 when the group is missing, not this token's, or
+  already past this point.
+]]
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state')
+if meta[1] ~= ARGV[1] or meta[2] ~= 'claimed' then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'dispatched', ARGV[3], 'dispatched_at', ARGV[2])
+redis.call('DEL', KEYS[7])
+if ARGV[3] ~= 'none' then
+  redis.call('HSET', KEYS[1], 'state', 'dispatched')
+  return 1
+end
+redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', ARGV[2])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1

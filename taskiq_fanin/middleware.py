@@ -1,0 +1,226 @@
+"""``FanInMiddleware``: the one thing a taskiq user adds to their broker."""
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from redis.asyncio import Redis
+from taskiq import NoResultError, TaskiqMessage, TaskiqMiddleware, TaskiqResult
+
+from taskiq_fanin import completion, guard
+from taskiq_fanin.config import (
+    DEFAULT_DEADLINE_SECONDS,
+    DEFAULT_DISPATCH_CONCURRENCY,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_GROUP_SIZE,
+    DEFAULT_MAX_RESULT_BYTES,
+    DEFAULT_PREFIX,
+    DEFAULT_TOMBSTONE_SECONDS,
+    DEFAULT_TTL_SECONDS,
+    FanInConfig,
+)
+from taskiq_fanin.errors import MiddlewareNotFoundError
+from taskiq_fanin.keys import GroupKeys, validate_group_id
+from taskiq_fanin.labels import ContinuationRef, MemberRef
+from taskiq_fanin.models import FailurePolicy, GroupState, GroupStatus, from_millis
+from taskiq_fanin.planning import GroupHandle, plan_group, validate_plan
+from taskiq_fanin.scripts import RedisClient, Scripts
+from taskiq_fanin.signature import Signature, TaskRef
+
+logger = logging.getLogger("taskiq_fanin")
+
+
+class FanInMiddleware(TaskiqMiddleware):
+    """Fan-in of task groups through Redis, without any task waiting on another.
+
+    Add it to the broker used by both the processes that plan groups and the
+    workers: ``broker = broker.with_middlewares(FanInMiddleware("redis://..."))``.
+    In workers it records each member's final outcome (after the retry middleware's
+    last attempt) and enqueues the continuation of a completed group exactly once.
+    """
+
+    def __init__(  # noqa: PLR0913 - keyword-only options with documented defaults
+        self,
+        redis: str | RedisClient,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        ttl: float = DEFAULT_TTL_SECONDS,
+        deadline: float = DEFAULT_DEADLINE_SECONDS,
+        failure_policy: FailurePolicy | str = FailurePolicy.CONTINUE,
+        finaliser_lease: float = DEFAULT_LEASE_SECONDS,
+        tombstone_ttl: float = DEFAULT_TOMBSTONE_SECONDS,
+        max_group_size: int = DEFAULT_MAX_GROUP_SIZE,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY,
+    ) -> None:
+        """Configure; nothing connects until the broker starts.
+
+        :param redis: a Redis URL, or a ``redis.asyncio`` client (``Redis`` or
+            ``RedisCluster``) that the caller owns and closes.
+        :param prefix: first part of every key the library writes.
+        :param ttl: seconds every key of a group lives, finished or not.
+        :param deadline: seconds after which a still-open group counts as stuck.
+        :param failure_policy: default for groups: ``continue`` runs the
+            continuation with the failures in its ``GroupResult``; ``fail`` runs
+            the error continuation instead when any member failed.
+        :param finaliser_lease: seconds the finalising member has to enqueue the
+            continuation before a sweep may do it instead.
+        :param tombstone_ttl: seconds a completed group's meta is kept so late
+            duplicates change nothing.
+        :param max_group_size: the widest group one call may plan.
+        :param max_result_bytes: member results larger than this (as JSON) are not
+            kept (the member still counts); error messages are cut to this size.
+        :param dispatch_concurrency: member kicks a planner keeps in flight.
+        """
+        super().__init__()
+        self.config = FanInConfig(
+            prefix=prefix,
+            ttl=ttl,
+            deadline=deadline,
+            lease=finaliser_lease,
+            tombstone_ttl=tombstone_ttl,
+            max_group_size=max_group_size,
+            max_result_bytes=max_result_bytes,
+            dispatch_concurrency=dispatch_concurrency,
+            failure_policy=FailurePolicy(failure_policy),
+        )
+        self._url = redis if isinstance(redis, str) else None
+        self._redis: RedisClient | None = None if isinstance(redis, str) else redis
+        self._scripts: Scripts | None = None
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def startup(self) -> None:
+        """Connect (for a URL) and register the Lua scripts."""
+        if self._url is not None and self._redis is None:
+            self._redis = Redis.from_url(self._url)
+        if self._redis is not None and self._scripts is None:
+            self._scripts = Scripts(self._redis)
+
+    async def shutdown(self) -> None:
+        """Close the connection this middleware opened (never a caller's client)."""
+        if self._url is not None and self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
+            self._scripts = None
+
+    @property
+    def redis(self) -> RedisClient:
+        """The Redis client; the broker must have started."""
+        if self._redis is None:
+            raise MiddlewareNotFoundError(
+                reason="FanInMiddleware is not started: await broker.startup() first"
+            )
+        return self._redis
+
+    @property
+    def scripts(self) -> Scripts:
+        """The registered Lua scripts; the broker must have started."""
+        if self._scripts is None:
+            if self._redis is None:
+                self.redis  # noqa: B018 - raises the explanatory error
+            self._scripts = Scripts(self.redis)
+        return self._scripts
+
+    # -- public API ---------------------------------------------------------------
+
+    async def group(  # noqa: PLR0913 - the options of one group
+        self,
+        members: Iterable[Signature],
+        *,
+        then: TaskRef | Signature | None = None,
+        on_error: TaskRef | Signature | None = None,
+        group_id: str | None = None,
+        failure_policy: FailurePolicy | str | None = None,
+        ttl: float | None = None,
+        deadline: float | None = None,
+    ) -> GroupHandle:
+        """Plan a group and dispatch its members; returns at once.
+
+        ``then`` receives a ``GroupResult`` as its first argument when every member
+        has an outcome. With ``failure_policy="fail"``, ``on_error`` receives it
+        instead when any member failed. Planning twice with the same ``group_id``
+        dispatches once. Bad input raises a ``FanInError`` before anything is
+        written.
+        """
+        plan = validate_plan(
+            self,
+            members,
+            then=then,
+            on_error=on_error,
+            group_id=group_id,
+            failure_policy=failure_policy,
+            ttl=ttl,
+            deadline=deadline,
+        )
+        return await plan_group(self, plan)
+
+    async def status(self, group_id: str) -> GroupStatus:
+        """Counts, state and times of a group, read from its own keys."""
+        keys = GroupKeys(self.config.prefix, validate_group_id(group_id))
+        raw = await self.redis.hgetall(keys.meta)
+        meta = {_text(k): _text(v) for k, v in raw.items()}
+        if not meta:
+            return GroupStatus(group_id=group_id, state=GroupState.MISSING)
+        return GroupStatus(
+            group_id=group_id,
+            state=GroupState(meta["state"]),
+            total=int(meta["total"]),
+            done=int(meta["done_count"]),
+            failed=int(meta["failed_count"]),
+            failure_policy=FailurePolicy(meta["policy"]),
+            created=from_millis(int(meta["created"])),
+            deadline=from_millis(int(meta["deadline"])),
+            planned=meta.get("planned") == "1",
+        )
+
+    # -- worker hooks ---------------------------------------------------------------
+
+    async def pre_execute(self, message: TaskiqMessage) -> TaskiqMessage:
+        """Remember the message; skip a continuation that already completed."""
+        guard.current.set((self, message))
+        ref = ContinuationRef.from_labels(message.labels)
+        if ref is not None:
+            try:
+                if await completion.is_completed(self, ref):
+                    logger.info("Group %s: continuation already ran; skipped", ref.group_id)
+                    guard.skip_current_message(self.broker, message)
+            except Exception:
+                logger.exception("Group %s: continuation guard failed", ref.group_id)
+        return message
+
+    async def post_execute(self, message: TaskiqMessage, result: TaskiqResult[Any]) -> None:
+        """Record a member's final outcome; complete a continuation.
+
+        An attempt the retry middleware will repeat carries ``NoResultError`` and
+        records nothing: only the last attempt counts.
+        """
+        guard.current.set(None)
+        guard.reset_skip()
+        if isinstance(result.error, NoResultError):
+            return
+        member = MemberRef.from_labels(message.labels)
+        continuation = ContinuationRef.from_labels(message.labels)
+        try:
+            if member is not None:
+                await completion.record_member(self, member, result)
+            if continuation is not None:
+                await completion.complete_continuation(self, continuation)
+        except Exception:
+            # taskiq would swallow it anyway; the sweep recovers what was not recorded.
+            logger.exception("Recording the outcome of task %s failed", message.task_id)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def find_fanin(broker: Any) -> FanInMiddleware:
+    """The broker's ``FanInMiddleware``, with a clear error when there is none."""
+    for middleware in getattr(broker, "middlewares", ()):
+        if isinstance(middleware, FanInMiddleware):
+            return middleware
+    raise MiddlewareNotFoundError(
+        reason="the broker has no FanInMiddleware: "
+        "broker.with_middlewares(FanInMiddleware(...))"
+    )

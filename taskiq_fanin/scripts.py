@@ -1,0 +1,197 @@
+"""The Lua scripts, loaded from package data and wrapped by typed functions.
+
+Each script lives in ``lua/<verbNoun>-<number of keys>.lua`` and is registered
+once per client with redis-py's ``register_script`` (EVALSHA, reloaded by redis-py
+on NOSCRIPT). Every key goes in through KEYS and the clock through ARGV, which
+keeps the scripts Cluster-safe and testable.
+"""
+
+import enum
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis, RedisCluster
+from redis.commands.core import AsyncScript
+
+from taskiq_fanin.keys import GroupKeys
+
+RedisClient = Redis | RedisCluster  # type: ignore[type-arg]
+
+#: Scripts by name; the number after the dash is how many KEYS each takes.
+SCRIPT_FILES = {
+    "create_group": "createGroup-7.lua",
+    "record_outcome": "recordOutcome-7.lua",
+    "collect_outcomes": "collectOutcomes-7.lua",
+    "mark_planned": "markPlanned-7.lua",
+    "mark_dispatched": "markDispatched-7.lua",
+    "mark_completed": "markCompleted-7.lua",
+}
+
+
+class Created(enum.IntEnum):
+    """Result of ``createGroup``."""
+
+    CREATED = 1
+    EXISTS = 2
+
+
+class Outcome(str, enum.Enum):
+    """A member's terminal outcome."""
+
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Recorded(enum.IntEnum):
+    """Result of ``recordOutcome``: codes, never strings to parse."""
+
+    RECORDED = 1
+    CLAIMED = 2
+    DUPLICATE = 3
+    CONFLICT = 4
+    NO_GROUP = 5
+    NOT_MEMBER = 6
+    TOKEN_MISMATCH = 7
+    FINALISED = 8
+
+
+@dataclass(frozen=True)
+class CollectedOutcomes:
+    """What ``collectOutcomes`` read: the raw material of a ``GroupResult``."""
+
+    total: int
+    then: str
+    on_error: str
+    policy: str
+    state: str
+    done: list[int]
+    failed: list[int]
+    results: dict[int, Any]
+    errors: dict[int, Any]
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _json_by_index(flat: list[bytes | str]) -> dict[int, Any]:
+    pairs = iter(flat)
+    return {int(field): json.loads(value) for field, value in zip(pairs, pairs)}
+
+
+def read_script(filename: str) -> str:
+    """The source of a packaged Lua script."""
+    return resources.files("taskiq_fanin").joinpath("lua", filename).read_text()
+
+
+class Scripts:
+    """The scripts registered on one client, one typed method per script."""
+
+    def __init__(self, client: RedisClient) -> None:
+        self._scripts: dict[str, AsyncScript] = {
+            name: client.register_script(read_script(filename))  # type: ignore[misc]
+            for name, filename in SCRIPT_FILES.items()
+        }
+
+    async def create_group(  # noqa: PLR0913 - mirrors the script's ARGV
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        now_ms: int,
+        deadline_ms: int,
+        expires_ms: int,
+        then: str,
+        on_error: str,
+        policy: str,
+        members: list[str],
+    ) -> tuple[Created, str]:
+        """Write meta and ledger; returns the code and the group's token."""
+        code, group_token = await self._scripts["create_group"](
+            keys=keys.all,
+            args=[
+                token,
+                now_ms,
+                deadline_ms,
+                expires_ms,
+                then,
+                on_error,
+                policy,
+                len(members),
+                *members,
+            ],
+        )
+        return Created(code), _text(group_token)
+
+    async def record_outcome(  # noqa: PLR0913 - mirrors the script's ARGV
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        index: int,
+        outcome: Outcome,
+        payload: str,
+        now_ms: int,
+        lease_ms: int,
+        claimant: str,
+    ) -> Recorded:
+        """Record one member's outcome; ``CLAIMED`` means: you finalise."""
+        reply = await self._scripts["record_outcome"](
+            keys=keys.all,
+            args=[token, index, outcome.value, payload, now_ms, lease_ms, claimant],
+        )
+        return Recorded(reply[0])
+
+    async def collect_outcomes(
+        self, keys: GroupKeys, *, token: str
+    ) -> CollectedOutcomes | None:
+        """Read what the finaliser needs; ``None`` if the group is gone."""
+        reply = await self._scripts["collect_outcomes"](keys=keys.all, args=[token])
+        if not reply:
+            return None
+        total, then, on_error, policy, state, done, failed, results, errors = reply
+        return CollectedOutcomes(
+            total=int(total),
+            then=_text(then),
+            on_error=_text(on_error),
+            policy=_text(policy),
+            state=_text(state),
+            done=sorted(int(member) for member in done),
+            failed=sorted(int(member) for member in failed),
+            results=_json_by_index(results),
+            errors=_json_by_index(errors),
+        )
+
+    async def mark_planned(self, keys: GroupKeys, *, token: str) -> bool:
+        """Note that every member was dispatched."""
+        return bool(await self._scripts["mark_planned"](keys=keys.all, args=[token]))
+
+    async def mark_dispatched(
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        now_ms: int,
+        dispatched: str,
+        tombstone_ms: int,
+    ) -> bool:
+        """Note which continuation was enqueued and release the lease."""
+        return bool(
+            await self._scripts["mark_dispatched"](
+                keys=keys.all, args=[token, now_ms, dispatched, tombstone_ms]
+            )
+        )
+
+    async def mark_completed(
+        self, keys: GroupKeys, *, token: str, now_ms: int, tombstone_ms: int
+    ) -> bool:
+        """Shrink a group whose continuation ran to a tombstone."""
+        return bool(
+            await self._scripts["mark_completed"](
+                keys=keys.all, args=[token, now_ms, tombstone_ms]
+            )
+        )

@@ -1,0 +1,68 @@
+"""A task with its arguments, ready to be kicked later: taskiq tasks have none."""
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from taskiq import AsyncBroker
+from taskiq.decor import AsyncTaskiqDecoratedTask
+from taskiq.kicker import AsyncKicker
+
+TaskRef = AsyncTaskiqDecoratedTask[Any, Any] | str
+
+
+class Signature(BaseModel):
+    """Run this task with these arguments: the unit groups and chains are built of.
+
+    Build one with :meth:`of` (``Signature.of(resize, album, 3)``) or the
+    :func:`signature` shortcut. It serializes to JSON, which is how the ledger keeps
+    every planned member so that the sweep can kick it again.
+    """
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    task_name: str = Field(alias="t")
+    args: tuple[Any, ...] = Field(default=(), alias="a")
+    kwargs: dict[str, Any] = Field(default_factory=dict, alias="k")
+    labels: dict[str, Any] = Field(default_factory=dict, alias="l")
+
+    @classmethod
+    def of(cls, task: TaskRef, /, *args: Any, **kwargs: Any) -> "Signature":
+        """Signature of ``task(*args, **kwargs)``; ``task`` is a task or its name."""
+        if isinstance(task, str):
+            return cls(task_name=task, args=args, kwargs=kwargs)
+        return cls(task_name=task.task_name, args=args, kwargs=kwargs)
+
+    def with_labels(self, **labels: Any) -> "Signature":
+        """A copy with extra taskiq labels (``retry_on_error``, ``timeout``, ...)."""
+        return self.model_copy(update={"labels": {**self.labels, **labels}})
+
+    def prepend(self, *args: Any) -> "Signature":
+        """A copy whose call receives ``args`` before its own arguments."""
+        return self.model_copy(update={"args": (*args, *self.args)})
+
+    def kicker(self, broker: AsyncBroker) -> AsyncKicker[Any, Any]:
+        """A taskiq kicker for this signature on ``broker``, labels applied."""
+        task = broker.find_task(self.task_name)
+        labels = {**(task.labels if task is not None else {}), **self.labels}
+        return AsyncKicker(task_name=self.task_name, broker=broker, labels=labels)
+
+    def to_ledger(self) -> str:
+        """Compact JSON for the ledger (short field names keep big groups small)."""
+        return self.model_dump_json(by_alias=True, exclude_defaults=True)
+
+    @classmethod
+    def from_ledger(cls, data: str | bytes) -> "Signature":
+        """Inverse of :meth:`to_ledger`."""
+        return cls.model_validate_json(data)
+
+
+def signature(task: TaskRef, /, *args: Any, **kwargs: Any) -> Signature:
+    """Shortcut for :meth:`Signature.of`."""
+    return Signature.of(task, *args, **kwargs)
+
+
+def as_signature(target: "TaskRef | Signature") -> Signature:
+    """Accept a task, a task name or a signature where a continuation is expected."""
+    if isinstance(target, Signature):
+        return target
+    return Signature.of(target)

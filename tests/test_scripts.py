@@ -1,0 +1,264 @@
+"""Every branch of the Lua scripts, run for real: on fakeredis (through lupa) and on
+a real redis-server. No Python copy of a script exists anywhere.
+"""
+
+import re
+import pytest
+from redis.asyncio import Redis
+
+from taskiq_fanin.keys import GroupKeys
+from taskiq_fanin.scripts import (
+    SCRIPT_FILES,
+    Created,
+    Outcome,
+    Recorded,
+    Scripts,
+    read_script,
+)
+
+NOW = 1_700_000_000_000
+TOKEN = "t0k3n"
+
+
+@pytest.fixture(params=["fakeredis", "redis-server"])
+def client(
+    request: pytest.FixtureRequest, fake_redis: Redis, redis_client: Redis
+) -> Redis:
+    return fake_redis if request.param == "fakeredis" else redis_client
+
+
+@pytest.fixture
+def keys(key_prefix: str) -> GroupKeys:
+    return GroupKeys(key_prefix, "g1")
+
+
+async def create(
+    scripts: Scripts, keys: GroupKeys, total: int = 3, token: str = TOKEN
+) -> tuple[Created, str]:
+    return await scripts.create_group(
+        keys,
+        token=token,
+        now_ms=NOW,
+        deadline_ms=NOW + 60_000,
+        expires_ms=NOW + 10**12,  # far future: real servers expire by wall clock
+        then='{"t":"then"}',
+        on_error="",
+        policy="continue",
+        members=[f'{{"t":"m","a":[{i}]}}' for i in range(total)],
+    )
+
+
+async def record(
+    scripts: Scripts,
+    keys: GroupKeys,
+    index: int,
+    outcome: Outcome = Outcome.DONE,
+    token: str = TOKEN,
+    payload: str = "",
+) -> Recorded:
+    return await scripts.record_outcome(
+        keys,
+        token=token,
+        index=index,
+        outcome=outcome,
+        payload=payload,
+        now_ms=NOW,
+        lease_ms=30_000,
+        claimant="test",
+    )
+
+
+def test_every_script_name_states_the_number_of_keys_its_wrapper_passes() -> None:
+    for filename in SCRIPT_FILES.values():
+        declared = int(re.fullmatch(r"[a-z][A-Za-z]+-(\d+)\.lua", filename).group(1))  # type: ignore[union-attr]
+        assert declared == len(GroupKeys("p", "g").all)
+        source = read_script(filename)
+        assert f"KEYS[{declared + 1}]" not in source
+        assert "KEYS[" + str(declared) + "]" in source
+
+
+async def test_create_writes_meta_and_ledger_with_ttls(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    assert await create(scripts, keys, total=3) == (Created.CREATED, TOKEN)
+    meta = await client.hgetall(keys.meta)
+    assert meta[b"total"] == b"3"
+    assert meta[b"state"] == b"open"
+    assert meta[b"token"] == TOKEN.encode()
+    assert await client.hlen(keys.plan) == 3
+    assert await client.hget(keys.plan, "2") == b'{"t":"m","a":[2]}'
+    assert await client.pttl(keys.meta) > 0
+    assert await client.pttl(keys.plan) > 0
+
+
+async def test_create_of_an_existing_group_changes_nothing(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=3)
+    assert await create(scripts, keys, total=5, token="other") == (
+        Created.EXISTS,
+        TOKEN,
+    )
+    assert await client.hlen(keys.plan) == 3
+    assert await client.hget(keys.meta, "token") == TOKEN.encode()
+
+
+async def test_a_wide_ledger_is_written_whole(client: Redis, keys: GroupKeys) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=12_345)
+    assert await client.hlen(keys.plan) == 12_345
+
+
+async def test_members_complete_out_of_order_and_the_last_claims(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=3)
+    assert await record(scripts, keys, 2) is Recorded.RECORDED
+    assert await record(scripts, keys, 0, payload='"zero"') is Recorded.RECORDED
+    assert await record(scripts, keys, 1, Outcome.FAILED) is Recorded.CLAIMED
+    assert await client.hget(keys.meta, "state") == b"claimed"
+    assert await client.get(keys.claim) == b"test"
+    assert 0 < await client.pttl(keys.claim) <= 30_000
+    assert await client.smembers(keys.done) == {b"0", b"2"}
+    assert await client.smembers(keys.failed) == {b"1"}
+    assert await client.hget(keys.results, "0") == b'"zero"'
+    for key in (keys.done, keys.failed, keys.results):
+        assert await client.pttl(key) > 0
+
+
+async def test_a_duplicate_counts_once(client: Redis, keys: GroupKeys) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=2)
+    assert await record(scripts, keys, 0) is Recorded.RECORDED
+    assert await record(scripts, keys, 0) is Recorded.DUPLICATE
+    assert await client.hget(keys.meta, "done_count") == b"1"
+    assert await client.hget(keys.meta, "state") == b"open"
+
+
+async def test_failed_then_done_is_refused(client: Redis, keys: GroupKeys) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=2)
+    assert await record(scripts, keys, 0, Outcome.FAILED) is Recorded.RECORDED
+    assert await record(scripts, keys, 0, Outcome.DONE) is Recorded.CONFLICT
+    assert await client.smembers(keys.done) == set()
+    assert await record(scripts, keys, 1) is Recorded.CLAIMED
+
+
+async def test_done_then_failed_is_refused(client: Redis, keys: GroupKeys) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=2)
+    assert await record(scripts, keys, 0, Outcome.DONE) is Recorded.RECORDED
+    assert await record(scripts, keys, 0, Outcome.FAILED) is Recorded.CONFLICT
+    assert await client.exists(keys.failed) == 0
+    assert await client.hget(keys.meta, "failed_count") == b"0"
+
+
+@pytest.mark.parametrize("index", [3, 99, -1])
+async def test_an_index_outside_the_ledger_is_not_a_member(
+    client: Redis, keys: GroupKeys, index: int
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=3)
+    assert await record(scripts, keys, index) is Recorded.NOT_MEMBER
+    assert await client.exists(keys.done) == 0
+
+
+async def test_a_wrong_token_records_nothing(client: Redis, keys: GroupKeys) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=1)
+    assert await record(scripts, keys, 0, token="stale") is Recorded.TOKEN_MISMATCH
+    assert await client.exists(keys.done, keys.claim) == 0
+    assert await client.hget(keys.meta, "state") == b"open"
+
+
+async def test_a_missing_group_is_never_treated_as_complete(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    assert await record(scripts, keys, 0) is Recorded.NO_GROUP
+    assert await client.exists(*keys.all) == 0
+
+
+async def test_after_the_claim_nothing_claims_again(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=2)
+    await record(scripts, keys, 0)
+    assert await record(scripts, keys, 1) is Recorded.CLAIMED
+    assert await record(scripts, keys, 1) is Recorded.FINALISED
+    assert await record(scripts, keys, 0, Outcome.FAILED) is Recorded.FINALISED
+    assert await client.hget(keys.meta, "done_count") == b"2"
+
+
+async def test_the_claim_lease_is_set_with_nx(client: Redis, keys: GroupKeys) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=1)
+    await client.set(keys.claim, "someone else")  # a claim that beat us to it
+    assert await record(scripts, keys, 0) is Recorded.RECORDED
+    assert await client.get(keys.claim) == b"someone else"
+    assert await client.hget(keys.meta, "state") == b"open"
+
+
+async def test_collect_reads_outcomes_and_refuses_a_wrong_token(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=3)
+    await record(scripts, keys, 2, payload='{"w": 2}')
+    await record(scripts, keys, 0)
+    await record(scripts, keys, 1, Outcome.FAILED, payload='{"type":"E","message":"m"}')
+    collected = await scripts.collect_outcomes(keys, token=TOKEN)
+    assert collected is not None
+    assert collected.total == 3
+    assert collected.then == '{"t":"then"}'
+    assert collected.done == [0, 2]
+    assert collected.failed == [1]
+    assert collected.results == {2: {"w": 2}}
+    assert collected.errors == {1: {"type": "E", "message": "m"}}
+    assert await scripts.collect_outcomes(keys, token="stale") is None
+
+
+async def test_dispatch_then_completion_leave_a_tombstone(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=1)
+    assert await scripts.mark_planned(keys, token=TOKEN)
+    args = {"token": TOKEN, "now_ms": NOW, "tombstone_ms": 5_000}
+    assert not await scripts.mark_dispatched(keys, dispatched="then", **args)  # open
+    await record(scripts, keys, 0, payload="1")
+    assert await scripts.mark_dispatched(keys, dispatched="then", **args)
+    assert await client.hget(keys.meta, "state") == b"dispatched"
+    assert await client.exists(keys.claim) == 0
+    assert not await scripts.mark_dispatched(keys, dispatched="then", **args)
+    assert not await scripts.mark_completed(keys, token="stale", now_ms=NOW, tombstone_ms=5_000)
+    assert await scripts.mark_completed(keys, **args)
+    assert not await scripts.mark_completed(keys, **args)
+    assert await client.exists(*keys.all) == 1  # the meta alone
+    assert await client.hget(keys.meta, "state") == b"completed"
+    assert 0 < await client.pttl(keys.meta) <= 5_000
+
+
+async def test_a_group_with_no_continuation_completes_at_dispatch(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=1)
+    await record(scripts, keys, 0)
+    assert await scripts.mark_dispatched(
+        keys, token=TOKEN, now_ms=NOW, dispatched="none", tombstone_ms=5_000
+    )
+    assert await client.hget(keys.meta, "state") == b"completed"
+    assert await client.exists(*keys.all) == 1
+
+
+async def test_mark_planned_never_recreates_an_expired_group(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    assert not await scripts.mark_planned(keys, token=TOKEN)
+    assert await client.exists(keys.meta) == 0
