@@ -1,0 +1,85 @@
+"""Shared fixtures: a real Redis (started on demand), a fake one, and key isolation.
+
+Tests never flush a database. Each test gets its own ``key_prefix`` and keeps every
+key it writes under it; ``redis_client`` deletes exactly those keys afterwards, so
+the suite is also safe against a shared server named by ``REDIS_URL``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from fakeredis.aioredis import FakeRedis
+from redis.asyncio import Redis
+
+from taskiq_fanin.testing import RedisCluster, redis_url_from_env_or_server
+
+# Keys are deleted in batches of this many after each test.
+_DELETE_BATCH = 500
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """``$REDIS_URL``, or a redis-server started once for the whole session.
+
+    A missing ``redis-server`` is an error, not a skip: the message says how to
+    install it.
+    """
+    with redis_url_from_env_or_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """URL of one node of a 3-master Redis Cluster, started on first use."""
+    with RedisCluster() as cluster:
+        yield cluster.url
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    """A prefix unique to this test; every key a test writes starts with it."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def redis_client(redis_url: str, key_prefix: str) -> AsyncIterator[Redis]:
+    """A ``redis.asyncio`` client (bytes replies) on the test server.
+
+    Afterwards the keys under ``key_prefix`` are deleted (SCAN, never FLUSHDB),
+    through a fresh connection so a test that closed or broke its client still
+    cleans up.
+    """
+    client = Redis.from_url(redis_url, decode_responses=False)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        await _delete_prefixed(redis_url, key_prefix)
+
+
+@pytest.fixture
+async def fake_redis() -> AsyncIterator[FakeRedis]:
+    """An in-process fakeredis client of its own; runs Lua scripts through lupa."""
+    client = FakeRedis()
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def _delete_prefixed(redis_url: str, prefix: str) -> None:
+    cleaner = Redis.from_url(redis_url, decode_responses=False)
+    try:
+        batch: list[bytes] = []
+        async for key in cleaner.scan_iter(match=f"{prefix}*", count=_DELETE_BATCH):
+            batch.append(key)
+            if len(batch) >= _DELETE_BATCH:
+                await cleaner.unlink(*batch)
+                batch.clear()
+        if batch:
+            await cleaner.unlink(*batch)
+    finally:
+        await cleaner.aclose()
