@@ -3,9 +3,9 @@
 import functools
 import inspect
 import uuid
-from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, ParamSpec
+from dataclasses import dataclass
+from typing import ParamSpec
 
 from taskiq import AsyncBroker
 
@@ -55,7 +55,7 @@ class Group:
 Returned = Members | Group
 
 
-def group(  # noqa: PLR0913 - the options of one group
+def group(
     members: Members,
     *,
     then: TaskRef | Signature | None = None,
@@ -65,7 +65,9 @@ def group(  # noqa: PLR0913 - the options of one group
     ttl: float | None = None,
     deadline: float | None = None,
 ) -> Group:
-    """Describe a group; nothing is written until ``await group(...).kiq(broker)``.
+    """Describe a group; nothing is written until it is kicked on a broker.
+
+    ``await group(members, then=...).kiq(broker)`` plans and dispatches it.
 
     ``then`` receives a ``GroupResult`` as its first argument once every member has
     an outcome; with ``failure_policy="fail"``, ``on_error`` receives it instead
@@ -87,14 +89,16 @@ async def status(broker: AsyncBroker, group_id: str) -> GroupStatus:
     return await find_fanin(broker).status(group_id)
 
 
-def group_task(  # noqa: PLR0913 - the options of one group
+def group_task(
     *,
     then: TaskRef | Signature | None = None,
     on_error: TaskRef | Signature | None = None,
     failure_policy: FailurePolicy | str | None = None,
     ttl: float | None = None,
     deadline: float | None = None,
-) -> Callable[[Callable[P, Returned | Awaitable[Returned]]], Callable[P, Awaitable[str]]]:
+) -> Callable[
+    [Callable[P, Returned | Awaitable[Returned]]], Callable[P, Awaitable[str]]
+]:
     """Turn a function that returns members (or a ``group(...)``) into a fan-out task.
 
     Put it under ``@broker.task``. The task's body only says *what* to run; the

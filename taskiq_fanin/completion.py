@@ -1,5 +1,7 @@
-"""Recording a member's outcome and, for the member that completes its group,
-enqueueing the continuation exactly once (invariants 2, 3 and 5).
+"""Recording a member's outcome, and enqueueing a completed group's continuation.
+
+The member that completes its group enqueues the continuation exactly once
+(invariants 2, 3 and 5).
 """
 
 import logging
@@ -42,7 +44,9 @@ def result_payload(value: Any, limit: int, ref: MemberRef) -> str:
     try:
         payload = to_json(value).decode()
     except Exception as exc:  # noqa: BLE001 - any serializer failure means "drop"
-        logger.warning("Group %s member %s: result not kept (%s)", ref.group_id, ref.index, exc)
+        logger.warning(
+            "Group %s member %s: result not kept (%s)", ref.group_id, ref.index, exc
+        )
         return ""
     if len(payload) > limit:
         logger.warning(
@@ -75,7 +79,9 @@ async def record_member(
         payload = error_payload(result.error, fanin.config.max_result_bytes)
     else:
         outcome = Outcome.DONE
-        payload = result_payload(result.return_value, fanin.config.max_result_bytes, ref)
+        payload = result_payload(
+            result.return_value, fanin.config.max_result_bytes, ref
+        )
     recorded = await fanin.scripts.record_outcome(
         keys,
         token=ref.token,

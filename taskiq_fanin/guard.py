@@ -1,5 +1,4 @@
-"""Keeping a continuation that already ran from running again, and knowing which
-message a task body is running for.
+"""Skipping a continuation that already ran, and knowing the running message.
 
 taskiq has no way for a middleware to skip a task, so a continuation whose group
 is already completed is skipped by a thin wrapper around the task's function,

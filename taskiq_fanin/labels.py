@@ -34,7 +34,7 @@ class MemberRef:
     def from_labels(cls, labels: dict[str, Any]) -> "MemberRef | None":
         """Parse the member label, or ``None`` if absent or malformed."""
         parts = str(labels.get(MEMBER_LABEL, "")).split("/")
-        if len(parts) != 3 or not parts[1].isdigit():  # noqa: PLR2004
+        if len(parts) != 3 or not parts[1].isdigit():
             return None
         return cls(group_id=parts[0], index=int(parts[1]), token=parts[2])
 
@@ -60,6 +60,6 @@ class ContinuationRef:
     def from_labels(cls, labels: dict[str, Any]) -> "ContinuationRef | None":
         """Parse the continuation label, or ``None`` if absent or malformed."""
         parts = str(labels.get(CONTINUATION_LABEL, "")).split("/")
-        if len(parts) != 3:  # noqa: PLR2004
+        if len(parts) != 3:
             return None
         return cls(group_id=parts[0], token=parts[1], kind=parts[2])

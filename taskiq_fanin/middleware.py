@@ -18,6 +18,7 @@ from taskiq_fanin.config import (
     DEFAULT_TOMBSTONE_SECONDS,
     DEFAULT_TTL_SECONDS,
     FanInConfig,
+    policy,
 )
 from taskiq_fanin.errors import MiddlewareNotFoundError
 from taskiq_fanin.keys import GroupKeys, validate_group_id
@@ -39,7 +40,7 @@ class FanInMiddleware(TaskiqMiddleware):
     last attempt) and enqueues the continuation of a completed group exactly once.
     """
 
-    def __init__(  # noqa: PLR0913 - keyword-only options with documented defaults
+    def __init__(
         self,
         redis: str | RedisClient,
         *,
@@ -82,7 +83,7 @@ class FanInMiddleware(TaskiqMiddleware):
             max_group_size=max_group_size,
             max_result_bytes=max_result_bytes,
             dispatch_concurrency=dispatch_concurrency,
-            failure_policy=FailurePolicy(failure_policy),
+            failure_policy=policy(failure_policy),
         )
         self._url = redis if isinstance(redis, str) else None
         self._redis: RedisClient | None = None if isinstance(redis, str) else redis
@@ -124,7 +125,7 @@ class FanInMiddleware(TaskiqMiddleware):
 
     # -- public API ---------------------------------------------------------------
 
-    async def group(  # noqa: PLR0913 - the options of one group
+    async def group(
         self,
         members: Iterable[Signature],
         *,
@@ -183,13 +184,17 @@ class FanInMiddleware(TaskiqMiddleware):
         if ref is not None:
             try:
                 if await completion.is_completed(self, ref):
-                    logger.info("Group %s: continuation already ran; skipped", ref.group_id)
+                    logger.info(
+                        "Group %s: continuation already ran; skipped", ref.group_id
+                    )
                     guard.skip_current_message(self.broker, message)
             except Exception:
                 logger.exception("Group %s: continuation guard failed", ref.group_id)
         return message
 
-    async def post_execute(self, message: TaskiqMessage, result: TaskiqResult[Any]) -> None:
+    async def post_execute(
+        self, message: TaskiqMessage, result: TaskiqResult[Any]
+    ) -> None:
         """Record a member's final outcome; complete a continuation.
 
         An attempt the retry middleware will repeat carries ``NoResultError`` and

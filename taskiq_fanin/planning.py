@@ -71,7 +71,7 @@ def _serialize(index: int, member: Signature) -> str:
         ) from None
 
 
-def validate_plan(  # noqa: PLR0913 - the options of one group
+def validate_plan(
     fanin: "FanInMiddleware",
     members: Iterable[Signature],
     *,
@@ -86,7 +86,7 @@ def validate_plan(  # noqa: PLR0913 - the options of one group
     config = fanin.config
     members = list(members)
     if not members:
-        raise EmptyGroupError()
+        raise EmptyGroupError
     if len(members) > config.max_group_size:
         raise GroupTooWideError(size=len(members), maximum=config.max_group_size)
     for index, member in enumerate(members):
@@ -94,19 +94,25 @@ def validate_plan(  # noqa: PLR0913 - the options of one group
             raise InvalidGroupError(
                 reason=f"member {index} is a {type(member).__name__}, not a Signature"
             )
-    continuations = [as_signature(c) if c is not None else None for c in (then, on_error)]
+    continuations = [
+        as_signature(c) if c is not None else None for c in (then, on_error)
+    ]
     for sig in [*members, *(c for c in continuations if c is not None)]:
         if fanin.broker.find_task(sig.task_name) is None:
             raise UnknownTaskError(task_name=sig.task_name)
     ttl = positive("ttl", ttl) if ttl is not None else config.ttl
-    deadline = positive("deadline", deadline) if deadline is not None else config.deadline
+    deadline = (
+        positive("deadline", deadline) if deadline is not None else config.deadline
+    )
     deadline = min(deadline, ttl)
     ledger = [_serialize(index, member) for index, member in enumerate(members)]
     for continuation in continuations:
         if continuation is not None:
             _serialize(-1, continuation)
     return GroupPlan(
-        group_id=validate_group_id(group_id) if group_id is not None else uuid.uuid4().hex,
+        group_id=validate_group_id(group_id)
+        if group_id is not None
+        else uuid.uuid4().hex,
         members=members,
         ledger=ledger,
         then=continuations[0],
@@ -138,9 +144,7 @@ async def plan_group(fanin: "FanInMiddleware", plan: GroupPlan) -> GroupHandle:
     )
     if created is Created.EXISTS:
         return GroupHandle(group_id=plan.group_id, created=False, _fanin=fanin)
-    await dispatch_members(
-        fanin, plan.group_id, token, dict(enumerate(plan.members))
-    )
+    await dispatch_members(fanin, plan.group_id, token, dict(enumerate(plan.members)))
     await fanin.scripts.mark_planned(keys, token=token)
     return GroupHandle(group_id=plan.group_id, created=True, _fanin=fanin)
 

@@ -17,7 +17,7 @@ from redis.commands.core import AsyncScript
 
 from taskiq_fanin.keys import GroupKeys
 
-RedisClient = Redis | RedisCluster  # type: ignore[type-arg]
+RedisClient = Redis | RedisCluster
 
 #: Scripts by name; the number after the dash is how many KEYS each takes.
 SCRIPT_FILES = {
@@ -79,13 +79,18 @@ def _text(value: bytes | str | None) -> str:
 
 
 def _json_by_index(flat: list[bytes | str]) -> dict[int, Any]:
-    pairs = iter(flat)
-    return {int(field): json.loads(value) for field, value in zip(pairs, pairs)}
+    fields, values = flat[::2], flat[1::2]
+    return {
+        int(field): json.loads(value)
+        for field, value in zip(fields, values, strict=True)
+    }
 
 
 def read_script(filename: str) -> str:
     """The source of a packaged Lua script."""
-    return resources.files("taskiq_fanin").joinpath("lua", filename).read_text()
+    return (
+        resources.files("taskiq_fanin").joinpath("lua").joinpath(filename).read_text()
+    )
 
 
 class Scripts:
@@ -93,11 +98,11 @@ class Scripts:
 
     def __init__(self, client: RedisClient) -> None:
         self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(read_script(filename))  # type: ignore[misc]
+            name: client.register_script(read_script(filename))
             for name, filename in SCRIPT_FILES.items()
         }
 
-    async def create_group(  # noqa: PLR0913 - mirrors the script's ARGV
+    async def create_group(
         self,
         keys: GroupKeys,
         *,
@@ -127,7 +132,7 @@ class Scripts:
         )
         return Created(code), _text(group_token)
 
-    async def record_outcome(  # noqa: PLR0913 - mirrors the script's ARGV
+    async def record_outcome(
         self,
         keys: GroupKeys,
         *,

@@ -3,6 +3,7 @@ a real redis-server. No Python copy of a script exists anywhere.
 """
 
 import re
+
 import pytest
 from redis.asyncio import Redis
 
@@ -235,7 +236,9 @@ async def test_dispatch_then_completion_leave_a_tombstone(
     assert await client.hget(keys.meta, "state") == b"dispatched"
     assert await client.exists(keys.claim) == 0
     assert not await scripts.mark_dispatched(keys, dispatched="then", **args)
-    assert not await scripts.mark_completed(keys, token="stale", now_ms=NOW, tombstone_ms=5_000)
+    assert not await scripts.mark_completed(
+        keys, token="stale", now_ms=NOW, tombstone_ms=5_000
+    )
     assert await scripts.mark_completed(keys, **args)
     assert not await scripts.mark_completed(keys, **args)
     assert await client.exists(*keys.all) == 1  # the meta alone

@@ -1,0 +1,118 @@
+"""Bad input gets a typed error, rooted in taskiq's TaskiqError, and writes nothing."""
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+import pytest
+from fakeredis.aioredis import FakeRedis
+from taskiq import InMemoryBroker, TaskiqError
+
+from taskiq_fanin import (
+    EmptyGroupError,
+    FanInError,
+    FanInMiddleware,
+    GroupTooWideError,
+    InvalidGroupError,
+    InvalidGroupIdError,
+    InvalidOptionError,
+    MemberNotSerializableError,
+    MiddlewareNotFoundError,
+    Signature,
+    UnknownTaskError,
+    group,
+    group_task,
+)
+
+broker = InMemoryBroker()
+
+
+@broker.task
+async def member(value: object) -> None:
+    return None
+
+
+@pytest.fixture
+async def fanin(fake_redis: FakeRedis) -> AsyncIterator[FanInMiddleware]:
+    middleware = FanInMiddleware(fake_redis, prefix="bad", max_group_size=10)
+    broker.middlewares.clear()
+    broker.add_middlewares(middleware)
+    await broker.startup()
+    yield middleware
+    await broker.shutdown()
+    assert await fake_redis.keys("*") == [], "bad input must write nothing"
+
+
+def members(count: int) -> list[Signature]:
+    return [Signature.of(member, i) for i in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        (lambda: group([]), EmptyGroupError),
+        (lambda: group(members(11)), GroupTooWideError),
+        (lambda: group([*members(2), "not a signature"]), InvalidGroupError),
+        (lambda: group([Signature.of("no.such:task")]), UnknownTaskError),
+        (lambda: group(members(2), then="no.such:task"), UnknownTaskError),
+        (lambda: group([Signature.of(member, object())]), MemberNotSerializableError),
+        (lambda: group(members(2), group_id="a{b}"), InvalidGroupIdError),
+        (lambda: group(members(2), group_id=""), InvalidGroupIdError),
+        (lambda: group(members(2), group_id="x" * 129), InvalidGroupIdError),
+        (lambda: group(members(2), ttl=0), InvalidOptionError),
+        (lambda: group(members(2), ttl=-5), InvalidOptionError),
+        (lambda: group(members(2), deadline=0), InvalidOptionError),
+        (lambda: group(members(2), failure_policy="explode"), InvalidOptionError),
+    ],
+)
+async def test_bad_group_raises_a_typed_error_and_writes_nothing(
+    fanin: FanInMiddleware, spec: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error) as raised:
+        await spec().kiq(broker)  # type: ignore[operator]
+    assert isinstance(raised.value, FanInError)
+    assert isinstance(raised.value, TaskiqError)
+    assert str(raised.value)
+
+
+async def test_a_serializable_argument_is_accepted(fanin: FanInMiddleware) -> None:
+    handle = await group([Signature.of(member, datetime(2026, 1, 1))]).kiq(broker)
+    status = await handle.status()
+    assert status.total == 1
+    await fanin.redis.delete(*await fanin.redis.keys("*"))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"ttl": 0},
+        {"deadline": -1},
+        {"finaliser_lease": 0},
+        {"prefix": "a{b"},
+        {"max_group_size": 0},
+        {"failure_policy": "nope"},
+        {"ttl": 10, "deadline": 20},
+    ],
+)
+def test_bad_middleware_options_raise_a_typed_error(options: dict[str, object]) -> None:
+    with pytest.raises(InvalidOptionError):
+        FanInMiddleware("redis://127.0.0.1:1", **options)  # type: ignore[arg-type]
+
+
+async def test_a_broker_without_the_middleware_is_named_in_the_error() -> None:
+    with pytest.raises(MiddlewareNotFoundError, match="with_middlewares"):
+        await group(members(1)).kiq(InMemoryBroker())
+
+
+async def test_a_group_task_called_directly_explains_itself() -> None:
+    @group_task()
+    def fan_out() -> list[Signature]:
+        return members(1)
+
+    with pytest.raises(MiddlewareNotFoundError, match="group task"):
+        await fan_out()
+
+
+async def test_a_middleware_used_before_startup_says_so() -> None:
+    fanin = FanInMiddleware("redis://127.0.0.1:1")
+    with pytest.raises(MiddlewareNotFoundError, match="startup"):
+        await fanin.status("g")
