@@ -16,19 +16,20 @@ from taskiq.receiver import Receiver
 from taskiq_redis import RedisStreamBroker
 
 from taskiq_fanin import FanInMiddleware
+from taskiq_fanin.scripts import RedisClient
 
 
 def stream_broker(
     redis_url: str,
     prefix: str,
     *middlewares: TaskiqMiddleware,
-    fanin_url: str | None = None,
+    fanin_redis: str | RedisClient | None = None,
     **fanin: Any,
 ) -> tuple[AsyncBroker, FanInMiddleware]:
     """A stream broker on its own stream, with a ``FanInMiddleware`` under ``prefix``
-    (on ``fanin_url`` when given, else on the broker's Redis).
+    (on ``fanin_redis``, a URL or a client, when given, else on the broker's Redis).
     """
-    fanin_middleware = FanInMiddleware(fanin_url or redis_url, prefix=prefix, **fanin)
+    fanin_middleware = FanInMiddleware(fanin_redis or redis_url, prefix=prefix, **fanin)
     broker = RedisStreamBroker(
         redis_url, queue_name=f"{prefix}:stream", xread_block=100
     ).with_middlewares(*middlewares, fanin_middleware)

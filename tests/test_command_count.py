@@ -33,7 +33,7 @@ async def run_group(
     # Listed before the fan-in middleware, its post_execute runs after fan-in's:
     # waiting on it needs no Redis command that would blur the count.
     sent = SentMessages()
-    broker, _ = stream_broker(redis_url, prefix, sent, fanin_url=fanin_url)
+    broker, _ = stream_broker(redis_url, prefix, sent, fanin_redis=fanin_url)
 
     @broker.task
     async def member(index: int) -> None:

@@ -1,0 +1,57 @@
+"""A real 3-node Redis Cluster: every script touches one slot (the group's hash
+tag), so groups spread over the nodes still fan in.
+"""
+
+import pytest
+from redis.asyncio import RedisCluster
+
+from taskiq_fanin import GroupResult, Signature, group
+from tests.harness import SentMessages, eventually, stream_broker, worker
+
+pytestmark = pytest.mark.cluster
+
+
+async def test_groups_on_a_cluster_fan_in_once_each(
+    redis_url: str, redis_cluster_url: str, key_prefix: str
+) -> None:
+    cluster = RedisCluster.from_url(redis_cluster_url)
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent, fanin_redis=cluster)
+    finished: list[GroupResult] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index * 2
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        finished.append(result)
+
+    group_ids = [f"g{i}" for i in range(12)]
+    try:
+        async with worker(broker, max_async_tasks=10):
+            for group_id in group_ids:
+                members = [Signature.of(member, i) for i in range(4)]
+                await group(members, then=then, group_id=group_id).kiq(broker)
+            await eventually(lambda: len(finished) == 12, what="12 continuations")
+            await eventually(
+                lambda: sent.executions_of(then.task_name) == 12,
+                what="the continuations to complete",
+            )
+            states = {(await fanin.status(g)).state.value for g in group_ids}
+        slots = {
+            cluster.keyslot(f"{key_prefix}:{{{group_id}}}:meta")
+            for group_id in group_ids
+        }
+        nodes = {
+            cluster.get_node_from_key(f"{key_prefix}:{{{group_id}}}:meta").name
+            for group_id in group_ids
+        }
+    finally:
+        await cluster.aclose()
+
+    assert sorted(r.group_id for r in finished) == sorted(group_ids)
+    assert all(r.results == [0, 2, 4, 6] for r in finished)
+    assert states == {"completed"}
+    assert len(slots) == 12
+    assert len(nodes) > 1, "the groups should spread over several nodes"
