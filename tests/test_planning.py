@@ -1,0 +1,107 @@
+"""Planning: the ledger is durable before the first kick, and planning a group id
+twice fans out once. On fakeredis (real Lua) with taskiq's InMemoryBroker.
+"""
+
+import pytest
+from fakeredis.aioredis import FakeRedis
+from taskiq import BrokerMessage, InMemoryBroker
+
+from taskiq_fanin import FanInMiddleware, Signature, group, group_task
+from taskiq_fanin.keys import GroupKeys
+
+
+class FlakyBroker(InMemoryBroker):
+    """Its kick fails from the ``fail_from``-th member on: a planner dying mid-way."""
+
+    def __init__(self, fail_from: int) -> None:
+        super().__init__()
+        self.fail_from = fail_from
+        self.kicked: list[str] = []
+
+    async def kick(self, message: BrokerMessage) -> None:
+        if len(self.kicked) >= self.fail_from:
+            raise ConnectionError("broker went away")
+        self.kicked.append(message.task_id)
+
+
+@pytest.fixture
+async def fanin(fake_redis: FakeRedis) -> FanInMiddleware:
+    return FanInMiddleware(fake_redis, prefix="plan")
+
+
+async def started(broker: InMemoryBroker, fanin: FanInMiddleware) -> InMemoryBroker:
+    broker.add_middlewares(fanin)
+    await broker.startup()
+    return broker
+
+
+async def test_the_ledger_is_durable_before_the_first_kick(
+    fanin: FanInMiddleware, fake_redis: FakeRedis
+) -> None:
+    broker = await started(FlakyBroker(fail_from=2), fanin)
+
+    @broker.task
+    async def member(index: int) -> None:
+        return None
+
+    members = [Signature.of(member, i) for i in range(5)]
+    with pytest.raises(Exception, match="Cannot send task"):
+        await group(members, group_id="half").kiq(broker)
+
+    keys = GroupKeys("plan", "half")
+    assert broker.kicked == ["half.0", "half.1"]
+    assert await fake_redis.hlen(keys.plan) == 5  # the sweep can finish it
+    assert await fake_redis.hget(keys.meta, "planned") == b"0"
+    status = await fanin.status("half")
+    assert (status.total, status.pending, status.planned) == (5, 5, False)
+    assert await fake_redis.zscore("plan:index", "half") is not None
+
+
+async def test_planning_the_same_group_id_twice_fans_out_once(
+    fanin: FanInMiddleware,
+) -> None:
+    broker = await started(FlakyBroker(fail_from=100), fanin)
+
+    @broker.task
+    async def member(index: int) -> None:
+        return None
+
+    members = [Signature.of(member, i) for i in range(3)]
+    first = await group(members, group_id="once").kiq(broker)
+    second = await group(members, group_id="once").kiq(broker)
+
+    assert (first.created, second.created) == (True, False)
+    assert broker.kicked == ["once.0", "once.1", "once.2"]
+    assert (await second.status()).planned
+
+
+async def test_a_group_task_redelivered_plans_its_group_once(
+    fake_redis: FakeRedis,
+) -> None:
+    fanin = FanInMiddleware(fake_redis, prefix="redelivered")
+    broker = InMemoryBroker().with_middlewares(fanin)
+    runs: list[int] = []
+
+    @broker.task
+    async def member(index: int) -> None:
+        runs.append(index)
+
+    @broker.task
+    @group_task()
+    async def fan_out() -> list[Signature]:
+        return [Signature.of(member, i) for i in range(3)]
+
+    await broker.startup()
+    try:
+        first = await fan_out.kicker().with_task_id("fan-1").kiq()
+        again = await fan_out.kicker().with_task_id("fan-1").kiq()  # redelivery
+        await broker.wait_all()
+        group_ids = [
+            (await first.wait_result()).return_value,
+            (await again.wait_result()).return_value,
+        ]
+    finally:
+        await broker.shutdown()
+
+    assert group_ids == ["fan-1", "fan-1"]
+    assert sorted(runs) == [0, 1, 2]
