@@ -16,6 +16,7 @@ from taskiq_fanin.errors import (
     MiddlewareNotFoundError,
     UnknownTaskError,
 )
+from taskiq_fanin.inspection import list_groups
 from taskiq_fanin.middleware import FanInMiddleware
 from taskiq_fanin.models import (
     FailurePolicy,
@@ -23,15 +24,28 @@ from taskiq_fanin.models import (
     GroupState,
     GroupStatus,
     MemberError,
+    SweepPolicy,
 )
 from taskiq_fanin.planning import GroupHandle
 from taskiq_fanin.signature import Signature, signature
+from taskiq_fanin.sweep import (
+    SWEEP_TASK_NAME,
+    Finding,
+    FindingKind,
+    SweepAction,
+    SweepReport,
+    register_sweep_task,
+    sweep,
+)
 
 __all__ = [
+    "SWEEP_TASK_NAME",
     "EmptyGroupError",
     "FailurePolicy",
     "FanInError",
     "FanInMiddleware",
+    "Finding",
+    "FindingKind",
     "Group",
     "GroupHandle",
     "GroupResult",
@@ -45,9 +59,15 @@ __all__ = [
     "MemberNotSerializableError",
     "MiddlewareNotFoundError",
     "Signature",
+    "SweepAction",
+    "SweepPolicy",
+    "SweepReport",
     "UnknownTaskError",
     "group",
     "group_task",
+    "list_groups",
+    "register_sweep_task",
     "signature",
     "status",
+    "sweep",
 ]

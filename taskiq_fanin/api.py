@@ -13,7 +13,7 @@ from taskiq_fanin import guard
 from taskiq_fanin.errors import MiddlewareNotFoundError
 from taskiq_fanin.keys import GROUP_ID_PATTERN
 from taskiq_fanin.middleware import find_fanin
-from taskiq_fanin.models import FailurePolicy, GroupStatus
+from taskiq_fanin.models import FailurePolicy, GroupStatus, SweepPolicy
 from taskiq_fanin.planning import GroupHandle
 from taskiq_fanin.signature import Signature, TaskRef
 
@@ -35,6 +35,7 @@ class Group:
     on_error: TaskRef | Signature | None = None
     group_id: str | None = None
     failure_policy: FailurePolicy | str | None = None
+    sweep_policy: SweepPolicy | str | None = None
     ttl: float | None = None
     deadline: float | None = None
 
@@ -46,6 +47,7 @@ class Group:
             on_error=self.on_error,
             group_id=self.group_id,
             failure_policy=self.failure_policy,
+            sweep_policy=self.sweep_policy,
             ttl=self.ttl,
             deadline=self.deadline,
         )
@@ -62,6 +64,7 @@ def group(
     on_error: TaskRef | Signature | None = None,
     group_id: str | None = None,
     failure_policy: FailurePolicy | str | None = None,
+    sweep_policy: SweepPolicy | str | None = None,
     ttl: float | None = None,
     deadline: float | None = None,
 ) -> Group:
@@ -79,6 +82,7 @@ def group(
         on_error=on_error,
         group_id=group_id,
         failure_policy=failure_policy,
+        sweep_policy=sweep_policy,
         ttl=ttl,
         deadline=deadline,
     )
@@ -94,6 +98,7 @@ def group_task(
     then: TaskRef | Signature | None = None,
     on_error: TaskRef | Signature | None = None,
     failure_policy: FailurePolicy | str | None = None,
+    sweep_policy: SweepPolicy | str | None = None,
     ttl: float | None = None,
     deadline: float | None = None,
 ) -> Callable[
@@ -133,6 +138,7 @@ def group_task(
                 on_error=spec.on_error or on_error,
                 group_id=group_id,
                 failure_policy=spec.failure_policy or failure_policy,
+                sweep_policy=spec.sweep_policy or sweep_policy,
                 ttl=spec.ttl or ttl,
                 deadline=spec.deadline or deadline,
             )

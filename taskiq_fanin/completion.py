@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_core import to_json
 from taskiq import TaskiqResult
 
+from taskiq_fanin import metrics
 from taskiq_fanin.keys import GroupKeys, index_key
 from taskiq_fanin.labels import ContinuationRef, MemberRef
 from taskiq_fanin.models import FailurePolicy, GroupResult, MemberError
@@ -101,8 +102,18 @@ async def record_member(
             ref.index,
             outcome.value,
         )
+    if recorded in (Recorded.RECORDED, Recorded.CLAIMED):
+        metrics.MEMBERS_RECORDED.labels(outcome=outcome.value).inc()
     if recorded is Recorded.CLAIMED:
+        claimed = time.monotonic()
+        # Should this worker die before the dispatch, the sweep looks again when
+        # the lease runs out rather than at the group's deadline.
+        await fanin.redis.zadd(
+            index_key(fanin.config.prefix),
+            {ref.group_id: now_ms() + int(fanin.config.lease * 1000)},
+        )
         await finalise(fanin, ref.group_id, ref.token)
+        metrics.DISPATCH_LATENCY.observe(time.monotonic() - claimed)
     return recorded
 
 
@@ -119,6 +130,7 @@ def build_result(group_id: str, collected: CollectedOutcomes) -> GroupResult:
             else MemberError(type="UnknownError", message="")
             for index in collected.failed
         },
+        lost=collected.lost,
     )
 
 
@@ -126,7 +138,7 @@ def choose_continuation(
     collected: CollectedOutcomes, result: GroupResult
 ) -> tuple[str, Signature | None]:
     """By the failure policy: ('then' | 'on_error' | 'none', signature to kick)."""
-    if result.failed and collected.policy == FailurePolicy.FAIL.value:
+    if (result.failed or result.lost) and collected.policy == FailurePolicy.FAIL.value:
         kind, encoded = "on_error", collected.on_error
     else:
         kind, encoded = "then", collected.then
@@ -164,14 +176,30 @@ async def finalise(fanin: "FanInMiddleware", group_id: str, token: str) -> None:
         dispatched=kind,
         tombstone_ms=int(fanin.config.tombstone_ttl * 1000),
     )
+    metrics.GROUPS_FINALISED.labels(continuation=kind).inc()
     if continuation is None:
         await fanin.redis.zrem(index_key(fanin.config.prefix), group_id)
+    else:
+        # The continuation's own deadline: the sweep reports it if it has not
+        # completed by then.
+        await fanin.redis.zadd(
+            index_key(fanin.config.prefix), {group_id: now_ms() + collected.span_ms}
+        )
     logger.info(
-        "Group %s finalised: %d done, %d failed, continuation %s",
+        "Group %s finalised: %d done, %d failed, %d lost, continuation %s",
         group_id,
         result.done_count,
         result.failed_count,
+        len(result.lost),
         kind,
+        extra={
+            "fanin_event": "finalised",
+            "group_id": group_id,
+            "done": result.done_count,
+            "failed": result.failed_count,
+            "lost": len(result.lost),
+            "continuation": kind,
+        },
     )
 
 

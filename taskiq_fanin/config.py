@@ -1,9 +1,13 @@
 """Options of the middleware and of each group, with their defaults and checks."""
 
+import enum
 from dataclasses import dataclass
+from typing import TypeVar
 
 from taskiq_fanin.errors import InvalidOptionError
-from taskiq_fanin.models import FailurePolicy
+from taskiq_fanin.models import FailurePolicy, SweepPolicy
+
+E = TypeVar("E", bound=enum.Enum)
 
 #: Every key of a group expires after this long, finished or not.
 DEFAULT_TTL_SECONDS = 7 * 24 * 3600
@@ -19,6 +23,8 @@ DEFAULT_MAX_GROUP_SIZE = 100_000
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024
 #: How many member kicks a planner keeps in flight at once.
 DEFAULT_DISPATCH_CONCURRENCY = 64
+#: How many times the sweep may re-drive one group.
+DEFAULT_MAX_REDRIVES = 3
 #: Key prefix; every key of the library starts with it.
 DEFAULT_PREFIX = "fanin"
 
@@ -43,6 +49,8 @@ class FanInConfig:
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY
     failure_policy: FailurePolicy = FailurePolicy.CONTINUE
+    sweep_policy: SweepPolicy = SweepPolicy.REPORT
+    max_redrives: int = DEFAULT_MAX_REDRIVES
 
     def __post_init__(self) -> None:
         if not self.prefix or any(c in self.prefix for c in "{} "):
@@ -57,16 +65,21 @@ class FanInConfig:
             raise InvalidOptionError(
                 name="deadline", value=self.deadline, reason="must not exceed ttl"
             )
-        object.__setattr__(self, "failure_policy", policy(self.failure_policy))
+        if (
+            isinstance(self.max_redrives, bool)
+            or not isinstance(self.max_redrives, int)
+            or self.max_redrives < 0
+        ):
+            raise InvalidOptionError(
+                name="max_redrives", value=self.max_redrives, reason="must be >= 0"
+            )
 
 
-def policy(value: "FailurePolicy | str") -> FailurePolicy:
-    """Parse a failure policy, with a typed error for an unknown one."""
+def choice(name: str, kind: type[E], value: "E | str") -> E:
+    """Parse an option that takes one of an enum's values, or raise a typed error."""
     try:
-        return FailurePolicy(value)
+        return kind(value)
     except ValueError:
         raise InvalidOptionError(
-            name="failure_policy",
-            value=value,
-            reason="one of " + ", ".join(p.value for p in FailurePolicy),
+            name=name, value=value, reason="one of " + ", ".join(e.value for e in kind)
         ) from None

@@ -13,17 +13,19 @@ from taskiq_fanin.config import (
     DEFAULT_DISPATCH_CONCURRENCY,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_GROUP_SIZE,
+    DEFAULT_MAX_REDRIVES,
     DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_PREFIX,
     DEFAULT_TOMBSTONE_SECONDS,
     DEFAULT_TTL_SECONDS,
     FanInConfig,
-    policy,
+    choice,
 )
 from taskiq_fanin.errors import MiddlewareNotFoundError
+from taskiq_fanin.inspection import status_from_meta, text
 from taskiq_fanin.keys import GroupKeys, validate_group_id
 from taskiq_fanin.labels import ContinuationRef, MemberRef
-from taskiq_fanin.models import FailurePolicy, GroupState, GroupStatus, from_millis
+from taskiq_fanin.models import FailurePolicy, GroupStatus, SweepPolicy
 from taskiq_fanin.planning import GroupHandle, plan_group, validate_plan
 from taskiq_fanin.scripts import RedisClient, Scripts
 from taskiq_fanin.signature import Signature, TaskRef
@@ -48,6 +50,8 @@ class FanInMiddleware(TaskiqMiddleware):
         ttl: float = DEFAULT_TTL_SECONDS,
         deadline: float = DEFAULT_DEADLINE_SECONDS,
         failure_policy: FailurePolicy | str = FailurePolicy.CONTINUE,
+        sweep_policy: SweepPolicy | str = SweepPolicy.REPORT,
+        max_redrives: int = DEFAULT_MAX_REDRIVES,
         finaliser_lease: float = DEFAULT_LEASE_SECONDS,
         tombstone_ttl: float = DEFAULT_TOMBSTONE_SECONDS,
         max_group_size: int = DEFAULT_MAX_GROUP_SIZE,
@@ -64,6 +68,9 @@ class FanInMiddleware(TaskiqMiddleware):
         :param failure_policy: default for groups: ``continue`` runs the
             continuation with the failures in its ``GroupResult``; ``fail`` runs
             the error continuation instead when any member failed.
+        :param sweep_policy: default for groups: what the sweep does with one
+            still open past its deadline (``report``, ``redrive``, ``give_up``).
+        :param max_redrives: how many times the sweep may re-drive one group.
         :param finaliser_lease: seconds the finalising member has to enqueue the
             continuation before a sweep may do it instead.
         :param tombstone_ttl: seconds a completed group's meta is kept so late
@@ -83,7 +90,9 @@ class FanInMiddleware(TaskiqMiddleware):
             max_group_size=max_group_size,
             max_result_bytes=max_result_bytes,
             dispatch_concurrency=dispatch_concurrency,
-            failure_policy=policy(failure_policy),
+            failure_policy=choice("failure_policy", FailurePolicy, failure_policy),
+            sweep_policy=choice("sweep_policy", SweepPolicy, sweep_policy),
+            max_redrives=max_redrives,
         )
         self._url = redis if isinstance(redis, str) else None
         self._redis: RedisClient | None = None if isinstance(redis, str) else redis
@@ -133,6 +142,7 @@ class FanInMiddleware(TaskiqMiddleware):
         on_error: TaskRef | Signature | None = None,
         group_id: str | None = None,
         failure_policy: FailurePolicy | str | None = None,
+        sweep_policy: SweepPolicy | str | None = None,
         ttl: float | None = None,
         deadline: float | None = None,
     ) -> GroupHandle:
@@ -140,7 +150,9 @@ class FanInMiddleware(TaskiqMiddleware):
 
         ``then`` receives a ``GroupResult`` as its first argument when every member
         has an outcome. With ``failure_policy="fail"``, ``on_error`` receives it
-        instead when any member failed. Planning twice with the same ``group_id``
+        instead when any member failed. ``sweep_policy`` says what the sweep does
+        if the group is still open past its deadline. Planning twice with the same
+        ``group_id``
         dispatches once. Bad input raises a ``FanInError`` before anything is
         written.
         """
@@ -151,6 +163,7 @@ class FanInMiddleware(TaskiqMiddleware):
             on_error=on_error,
             group_id=group_id,
             failure_policy=failure_policy,
+            sweep_policy=sweep_policy,
             ttl=ttl,
             deadline=deadline,
         )
@@ -160,20 +173,7 @@ class FanInMiddleware(TaskiqMiddleware):
         """Counts, state and times of a group, read from its own keys."""
         keys = GroupKeys(self.config.prefix, validate_group_id(group_id))
         raw = await self.redis.hgetall(keys.meta)
-        meta = {_text(k): _text(v) for k, v in raw.items()}
-        if not meta:
-            return GroupStatus(group_id=group_id, state=GroupState.MISSING)
-        return GroupStatus(
-            group_id=group_id,
-            state=GroupState(meta["state"]),
-            total=int(meta["total"]),
-            done=int(meta["done_count"]),
-            failed=int(meta["failed_count"]),
-            failure_policy=FailurePolicy(meta["policy"]),
-            created=from_millis(int(meta["created"])),
-            deadline=from_millis(int(meta["deadline"])),
-            planned=meta.get("planned") == "1",
-        )
+        return status_from_meta(group_id, {text(k): text(v) for k, v in raw.items()})
 
     # -- worker hooks ---------------------------------------------------------------
 
@@ -214,10 +214,6 @@ class FanInMiddleware(TaskiqMiddleware):
         except Exception:
             # taskiq would swallow it anyway; the sweep recovers what was not recorded.
             logger.exception("Recording the outcome of task %s failed", message.task_id)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def find_fanin(broker: Any) -> FanInMiddleware:

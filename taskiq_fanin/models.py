@@ -16,6 +16,17 @@ class FailurePolicy(str, enum.Enum):
     FAIL = "fail"
 
 
+class SweepPolicy(str, enum.Enum):
+    """What the sweep does with a group still open past its deadline."""
+
+    #: Report it (logged, and returned by the sweep), and look again later.
+    REPORT = "report"
+    #: Kick again exactly the members that have no outcome yet.
+    REDRIVE = "redrive"
+    #: Record those members as lost and run the continuation with what arrived.
+    GIVE_UP = "give_up"
+
+
 class GroupState(str, enum.Enum):
     """Life of a group, one way only."""
 
@@ -85,16 +96,19 @@ class GroupStatus(BaseModel):
     total: int = 0
     done: int = 0
     failed: int = 0
+    lost: int = 0
     failure_policy: FailurePolicy | None = None
+    sweep_policy: SweepPolicy | None = None
     created: datetime | None = None
     deadline: datetime | None = None
     planned: bool = False
+    redrives: int = 0
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def pending(self) -> int:
         """Members planned but with no outcome yet."""
-        return max(self.total - self.done - self.failed, 0)
+        return max(self.total - self.done - self.failed - self.lost, 0)
 
     def age_seconds(self, now: datetime | None = None) -> float | None:
         """Seconds since the group was created."""

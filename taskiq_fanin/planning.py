@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import PydanticSerializationError
 
-from taskiq_fanin.config import policy as parse_policy
-from taskiq_fanin.config import positive
+from taskiq_fanin import metrics
+from taskiq_fanin.config import choice, positive
 from taskiq_fanin.errors import (
     EmptyGroupError,
     GroupTooWideError,
@@ -26,7 +26,7 @@ from taskiq_fanin.errors import (
 )
 from taskiq_fanin.keys import GroupKeys, index_key, validate_group_id
 from taskiq_fanin.labels import MemberRef
-from taskiq_fanin.models import FailurePolicy, GroupStatus
+from taskiq_fanin.models import FailurePolicy, GroupStatus, SweepPolicy
 from taskiq_fanin.scripts import Created
 from taskiq_fanin.signature import Signature, TaskRef, as_signature
 
@@ -58,6 +58,7 @@ class GroupPlan:
     then: Signature | None
     on_error: Signature | None
     policy: FailurePolicy
+    sweep_policy: SweepPolicy
     ttl: float
     deadline: float
 
@@ -79,6 +80,7 @@ def validate_plan(
     on_error: "TaskRef | Signature | None",
     group_id: str | None,
     failure_policy: "FailurePolicy | str | None",
+    sweep_policy: "SweepPolicy | str | None",
     ttl: float | None,
     deadline: float | None,
 ) -> GroupPlan:
@@ -117,7 +119,12 @@ def validate_plan(
         ledger=ledger,
         then=continuations[0],
         on_error=continuations[1],
-        policy=parse_policy(failure_policy or config.failure_policy),
+        policy=choice(
+            "failure_policy", FailurePolicy, failure_policy or config.failure_policy
+        ),
+        sweep_policy=choice(
+            "sweep_policy", SweepPolicy, sweep_policy or config.sweep_policy
+        ),
         ttl=ttl,
         deadline=deadline,
     )
@@ -140,12 +147,15 @@ async def plan_group(fanin: "FanInMiddleware", plan: GroupPlan) -> GroupHandle:
         then=plan.then.to_ledger() if plan.then else "",
         on_error=plan.on_error.to_ledger() if plan.on_error else "",
         policy=plan.policy.value,
+        sweep_policy=plan.sweep_policy.value,
+        span_ms=int(plan.deadline * 1000),
         members=plan.ledger,
     )
     if created is Created.EXISTS:
         return GroupHandle(group_id=plan.group_id, created=False, _fanin=fanin)
     await dispatch_members(fanin, plan.group_id, token, dict(enumerate(plan.members)))
     await fanin.scripts.mark_planned(keys, token=token)
+    metrics.GROUPS_PLANNED.inc()
     return GroupHandle(group_id=plan.group_id, created=True, _fanin=fanin)
 
 

@@ -27,6 +27,10 @@ SCRIPT_FILES = {
     "mark_planned": "markPlanned-7.lua",
     "mark_dispatched": "markDispatched-7.lua",
     "mark_completed": "markCompleted-7.lua",
+    "inspect_group": "inspectGroup-7.lua",
+    "redrive_group": "redriveGroup-7.lua",
+    "give_up": "giveUp-7.lua",
+    "release_lock": "releaseLock-1.lua",
 }
 
 
@@ -58,6 +62,24 @@ class Recorded(enum.IntEnum):
 
 
 @dataclass(frozen=True)
+class Inspected:
+    """What ``inspectGroup`` read: the group as the sweep judges it."""
+
+    meta: dict[str, str]
+    lease_held: bool
+    missing: list[int]
+
+
+@dataclass(frozen=True)
+class Redriven:
+    """What ``redriveGroup`` did: the re-drive count, and the members to kick."""
+
+    redriven: bool
+    redrives: int
+    members: dict[int, str]
+
+
+@dataclass(frozen=True)
 class CollectedOutcomes:
     """What ``collectOutcomes`` read: the raw material of a ``GroupResult``."""
 
@@ -66,6 +88,8 @@ class CollectedOutcomes:
     on_error: str
     policy: str
     state: str
+    span_ms: int
+    lost: list[int]
     done: list[int]
     failed: list[int]
     results: dict[int, Any]
@@ -113,6 +137,8 @@ class Scripts:
         then: str,
         on_error: str,
         policy: str,
+        sweep_policy: str,
+        span_ms: int,
         members: list[str],
     ) -> tuple[Created, str]:
         """Write meta and ledger; returns the code and the group's token."""
@@ -126,6 +152,8 @@ class Scripts:
                 then,
                 on_error,
                 policy,
+                sweep_policy,
+                span_ms,
                 len(members),
                 *members,
             ],
@@ -158,13 +186,16 @@ class Scripts:
         reply = await self._scripts["collect_outcomes"](keys=keys.all, args=[token])
         if not reply:
             return None
-        total, then, on_error, policy, state, done, failed, results, errors = reply
+        total, then, on_error, policy, state, span, lost = reply[:7]
+        done, failed, results, errors = reply[7:]
         return CollectedOutcomes(
             total=int(total),
             then=_text(then),
             on_error=_text(on_error),
             policy=_text(policy),
             state=_text(state),
+            span_ms=int(span),
+            lost=[int(index) for index in _text(lost).split(",") if index],
             done=sorted(int(member) for member in done),
             failed=sorted(int(member) for member in failed),
             results=_json_by_index(results),
@@ -200,3 +231,46 @@ class Scripts:
                 keys=keys.all, args=[token, now_ms, tombstone_ms]
             )
         )
+
+    async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
+        """Meta, lease and missing members of a group; ``None`` if it is gone."""
+        reply = await self._scripts["inspect_group"](keys=keys.all)
+        if not reply:
+            return None
+        meta, lease_held, missing = reply
+        fields = [_text(value) for value in meta]
+        return Inspected(
+            meta=dict(zip(fields[::2], fields[1::2], strict=True)),
+            lease_held=bool(lease_held),
+            missing=[int(index) for index in missing],
+        )
+
+    async def redrive_group(
+        self, keys: GroupKeys, *, token: str, now_ms: int, max_redrives: int
+    ) -> Redriven:
+        """Record a re-drive and read the ledger entries of the missing members."""
+        reply = await self._scripts["redrive_group"](
+            keys=keys.all, args=[token, now_ms, max_redrives]
+        )
+        code, redrives, *flat = reply
+        return Redriven(
+            redriven=code == 1,
+            redrives=int(redrives),
+            members={
+                int(index): _text(entry)
+                for index, entry in zip(flat[::2], flat[1::2], strict=True)
+            },
+        )
+
+    async def give_up(
+        self, keys: GroupKeys, *, token: str, now_ms: int, lease_ms: int, claimant: str
+    ) -> int | None:
+        """Mark the missing members lost and claim; ``None`` if not open."""
+        reply = await self._scripts["give_up"](
+            keys=keys.all, args=[token, now_ms, lease_ms, claimant]
+        )
+        return int(reply[1]) if reply[0] == 1 else None
+
+    async def release_lock(self, lock_key: str, holder: str) -> bool:
+        """Delete ``lock_key`` if ``holder`` still holds it."""
+        return bool(await self._scripts["release_lock"](keys=[lock_key], args=[holder]))

@@ -1,0 +1,33 @@
+--[[
+  Give up on an open group: record the members that never got an outcome as
+  lost, and claim the finaliser so the continuation runs with what arrived.
+  Members arriving later find the group finalised and change nothing.
+
+  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
+  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+
+  ARGV[1] token
+  ARGV[2] now       epoch ms
+  ARGV[3] lease     ms the finaliser may take before the next sweep takes over
+  ARGV[4] claimant
+
+  Returns {1, number of lost members} when claimed, {0} when the group is not
+  open (or missing, or not this token's).
+]]
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state')
+if meta[1] ~= ARGV[1] or meta[2] ~= 'open' then
+  return {0}
+end
+if not redis.call('SET', KEYS[7], ARGV[4], 'NX', 'PX', ARGV[3]) then
+  return {0}
+end
+local seen = {}
+for _, index in ipairs(redis.call('SMEMBERS', KEYS[3])) do seen[index] = true end
+for _, index in ipairs(redis.call('SMEMBERS', KEYS[4])) do seen[index] = true end
+local lost = {}
+for _, index in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if not seen[index] then lost[#lost + 1] = index end
+end
+redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_at', ARGV[2],
+  'lost', table.concat(lost, ','), 'lost_count', #lost, 'given_up_at', ARGV[2])
+return {1, #lost}

@@ -1,0 +1,38 @@
+--[[
+  Re-drive an open group: record the re-drive, push its deadline out, and hand
+  back exactly the ledger entries of the members that are neither done nor failed.
+
+  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
+  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+
+  ARGV[1] token
+  ARGV[2] now            epoch ms
+  ARGV[3] max re-drives  a group is re-driven at most this many times
+
+  Returns {1, re-drives so far, index, entry, index, entry, ...} when re-driven,
+  {0, re-drives so far} when the group is not open (or missing, or not this
+  token's) or has used up its re-drives.
+]]
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'redrives', 'span')
+if meta[1] ~= ARGV[1] or meta[2] ~= 'open' then
+  return {0, tonumber(meta[3]) or 0}
+end
+local redrives = tonumber(meta[3])
+if redrives >= tonumber(ARGV[3]) then
+  return {0, redrives}
+end
+redrives = redis.call('HINCRBY', KEYS[1], 'redrives', 1)
+redis.call('HSET', KEYS[1], 'redriven_at', ARGV[2],
+  'deadline', tonumber(ARGV[2]) + tonumber(meta[4]))
+
+local seen = {}
+for _, index in ipairs(redis.call('SMEMBERS', KEYS[3])) do seen[index] = true end
+for _, index in ipairs(redis.call('SMEMBERS', KEYS[4])) do seen[index] = true end
+local reply = {1, redrives}
+for _, index in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if not seen[index] then
+    reply[#reply + 1] = index
+    reply[#reply + 1] = redis.call('HGET', KEYS[2], index)
+  end
+end
+return reply

@@ -1,0 +1,322 @@
+"""The sweep: find groups that stopped moving, and report, re-drive or give up.
+
+Nothing waits on a group, so without a sweep a stuck group is invisible. The
+sweep reads the index of open groups (scored by when to look next), judges each
+group from its own keys (the index may be stale, and is pruned), and acts by the
+group's sweep policy or the caller's override. A lock (SET NX PX) makes two
+concurrent sweeps act once; a batch bound keeps one sweep short.
+"""
+
+import enum
+import logging
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, Field
+from taskiq import AsyncBroker
+from taskiq.decor import AsyncTaskiqDecoratedTask
+
+from taskiq_fanin import completion, metrics
+from taskiq_fanin.inspection import text
+from taskiq_fanin.keys import GroupKeys, index_key
+from taskiq_fanin.middleware import FanInMiddleware, find_fanin
+from taskiq_fanin.models import GroupState, SweepPolicy
+from taskiq_fanin.planning import dispatch_members
+from taskiq_fanin.scripts import Inspected
+from taskiq_fanin.signature import Signature
+
+logger = logging.getLogger("taskiq_fanin.sweep")
+
+#: Groups one sweep examines at most; the next sweep goes on from there.
+DEFAULT_BATCH = 100
+#: Seconds before the sweep looks again at a group it reported or re-drove.
+DEFAULT_RECHECK_SECONDS = 60.0
+
+
+class FindingKind(str, enum.Enum):
+    """Why a group needs attention."""
+
+    #: Open past its deadline; every member was dispatched.
+    STUCK = "stuck"
+    #: Open past its deadline, and its planner never finished dispatching.
+    UNPLANNED = "unplanned"
+    #: Claimed, but the finaliser's lease ran out before it dispatched.
+    FINALISER_LOST = "finaliser_lost"
+    #: The continuation was dispatched but has not completed by its deadline.
+    CONTINUATION_OVERDUE = "continuation_overdue"
+    #: The index names a group that expired or completed: the entry is pruned.
+    GONE = "gone"
+
+
+class SweepAction(str, enum.Enum):
+    """What the sweep did (or, in a dry run, would do) about a finding."""
+
+    REPORT = "report"
+    REDRIVE = "redrive"
+    GIVE_UP = "give_up"
+    REDISPATCH = "redispatch"
+    PRUNE = "prune"
+
+
+class Finding(BaseModel):
+    """One group the sweep found, and what it did about it."""
+
+    group_id: str
+    kind: FindingKind
+    action: SweepAction
+    #: False in a dry run, and when the action found nothing left to do.
+    applied: bool
+    state: GroupState
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    missing: list[int] = Field(default_factory=list)
+    age_seconds: float = 0.0
+    overdue_seconds: float = 0.0
+    redrives: int = 0
+    note: str = ""
+
+
+class SweepReport(BaseModel):
+    """What one sweep examined and found."""
+
+    dry_run: bool
+    #: True when another sweep held the lock: this one did nothing.
+    skipped: bool = False
+    examined: int = 0
+    findings: list[Finding] = Field(default_factory=list)
+
+    @property
+    def stuck(self) -> list[Finding]:
+        """Findings about groups still open past their deadline."""
+        kinds = (FindingKind.STUCK, FindingKind.UNPLANNED)
+        return [finding for finding in self.findings if finding.kind in kinds]
+
+
+async def sweep(
+    fanin: FanInMiddleware,
+    *,
+    policy: SweepPolicy | str | None = None,
+    dry_run: bool = False,
+    batch: int = DEFAULT_BATCH,
+    recheck: float = DEFAULT_RECHECK_SECONDS,
+) -> SweepReport:
+    """Examine up to ``batch`` due groups and act on them.
+
+    ``policy`` overrides each group's own sweep policy for stuck groups; a crashed
+    finaliser is always recovered (its continuation dispatched again with the same
+    task id) unless ``dry_run``, which writes nothing at all.
+    """
+    override = SweepPolicy(policy) if policy is not None else None
+    lock_key = f"{fanin.config.prefix}:sweep:lock"
+    holder = uuid.uuid4().hex
+    lock_ms = int(max(fanin.config.lease, recheck) * 1000)
+    if not await fanin.redis.set(lock_key, holder, nx=True, px=lock_ms):
+        logger.info("Another sweep holds %s; skipping", lock_key)
+        return SweepReport(dry_run=dry_run, skipped=True)
+    try:
+        now = completion.now_ms()
+        due = await fanin.redis.zrangebyscore(
+            index_key(fanin.config.prefix), "-inf", now, start=0, num=batch
+        )
+        report = SweepReport(dry_run=dry_run, examined=len(due))
+        for raw in due:
+            group_id = text(raw)
+            finding = await _judge(
+                fanin,
+                group_id,
+                now=now,
+                override=override,
+                dry_run=dry_run,
+                recheck=recheck,
+            )
+            if finding is not None:
+                report.findings.append(finding)
+                _log(finding)
+        metrics.record_sweep(report.findings)
+        return report
+    finally:
+        await fanin.scripts.release_lock(lock_key, holder)
+
+
+async def _judge(
+    fanin: FanInMiddleware,
+    group_id: str,
+    *,
+    now: int,
+    override: SweepPolicy | None,
+    dry_run: bool,
+    recheck: float,
+) -> Finding | None:
+    keys = GroupKeys(fanin.config.prefix, group_id)
+    inspected = await fanin.scripts.inspect_group(keys)
+    state = GroupState(inspected.meta["state"]) if inspected else GroupState.MISSING
+    if inspected is None or state is GroupState.COMPLETED:
+        if not dry_run:
+            await fanin.redis.zrem(index_key(fanin.config.prefix), group_id)
+        return Finding(
+            group_id=group_id,
+            kind=FindingKind.GONE,
+            action=SweepAction.PRUNE,
+            applied=not dry_run,
+            state=state,
+        )
+    meta = inspected.meta
+    due_at = _due_at(meta, state)
+    if due_at > now or (state is GroupState.CLAIMED and inspected.lease_held):
+        # Not stuck after all (the index is only a hint): look again later.
+        if not dry_run:
+            await _reschedule(fanin, group_id, max(due_at, now + int(recheck * 1000)))
+        return None
+    finding = _finding(group_id, state, inspected, now, due_at)
+    if state is GroupState.CLAIMED:
+        finding.kind, finding.action = (
+            FindingKind.FINALISER_LOST,
+            SweepAction.REDISPATCH,
+        )
+    elif state is GroupState.DISPATCHED:
+        finding.kind = FindingKind.CONTINUATION_OVERDUE
+        redrive = (override or SweepPolicy(meta["sweep"])) is SweepPolicy.REDRIVE
+        finding.action = SweepAction.REDISPATCH if redrive else SweepAction.REPORT
+    else:
+        finding.kind = (
+            FindingKind.STUCK if meta.get("planned") == "1" else FindingKind.UNPLANNED
+        )
+        finding.action = SweepAction((override or SweepPolicy(meta["sweep"])).value)
+    if dry_run:
+        return finding
+    await _act(fanin, finding, meta, now, recheck)
+    return finding
+
+
+def _due_at(meta: dict[str, str], state: GroupState) -> int:
+    """When a group in this state stops being on time (epoch ms)."""
+    if state is GroupState.DISPATCHED:
+        return int(meta.get("dispatched_at", 0)) + int(meta["span"])
+    if state is GroupState.CLAIMED:
+        return int(meta.get("claimed_at", 0))
+    return int(meta["deadline"])
+
+
+def _finding(
+    group_id: str, state: GroupState, inspected: Inspected, now: int, due_at: int
+) -> Finding:
+    meta = inspected.meta
+    return Finding(
+        group_id=group_id,
+        kind=FindingKind.STUCK,
+        action=SweepAction.REPORT,
+        applied=False,
+        state=state,
+        total=int(meta["total"]),
+        done=int(meta["done_count"]),
+        failed=int(meta["failed_count"]),
+        missing=inspected.missing,
+        age_seconds=(now - int(meta["created"])) / 1000,
+        overdue_seconds=max(now - due_at, 0) / 1000,
+        redrives=int(meta.get("redrives", 0)),
+    )
+
+
+async def _act(
+    fanin: FanInMiddleware,
+    finding: Finding,
+    meta: dict[str, str],
+    now: int,
+    recheck: float,
+) -> None:
+    keys = GroupKeys(fanin.config.prefix, finding.group_id)
+    token, action = meta["token"], finding.action
+    look_again = now + int(recheck * 1000)
+    if action is SweepAction.REDRIVE:
+        redriven = await fanin.scripts.redrive_group(
+            keys, token=token, now_ms=now, max_redrives=fanin.config.max_redrives
+        )
+        finding.redrives = redriven.redrives
+        if redriven.redriven:
+            members = {i: Signature.from_ledger(e) for i, e in redriven.members.items()}
+            await dispatch_members(fanin, finding.group_id, token, members)
+            metrics.MEMBERS_REDRIVEN.inc(len(members))
+            finding.applied = True
+            look_again = max(look_again, now + int(meta["span"]))  # its new deadline
+        else:
+            finding.note = f"not re-driven: {redriven.redrives} re-drives used"
+    elif action is SweepAction.GIVE_UP:
+        lost = await fanin.scripts.give_up(
+            keys,
+            token=token,
+            now_ms=now,
+            lease_ms=int(fanin.config.lease * 1000),
+            claimant=completion.CLAIMANT,
+        )
+        if lost is not None:
+            await completion.finalise(fanin, finding.group_id, token)
+            finding.applied = True
+            return
+        finding.note = "no longer open"
+    elif action is SweepAction.REDISPATCH:
+        await completion.finalise(fanin, finding.group_id, token)
+        finding.applied = True
+        return
+    else:
+        finding.applied = True
+    await _reschedule(fanin, finding.group_id, look_again)
+
+
+async def _reschedule(fanin: FanInMiddleware, group_id: str, at_ms: int) -> None:
+    await fanin.redis.zadd(index_key(fanin.config.prefix), {group_id: at_ms})
+
+
+def _log(finding: Finding) -> None:
+    fields: dict[str, Any] = {f"fanin_{k}": v for k, v in finding.model_dump().items()}
+    logger.warning(
+        "Group %s %s: %s%s (%d/%d done, %d failed, missing %s)",
+        finding.group_id,
+        finding.kind.value,
+        "" if finding.applied else "would ",
+        finding.action.value,
+        finding.done,
+        finding.total,
+        finding.failed,
+        finding.missing[:20],
+        extra=fields,
+    )
+
+
+#: The sweep task's name on the user's broker: stable, so schedules survive deploys.
+SWEEP_TASK_NAME = "taskiq_fanin.sweep"
+
+
+def register_sweep_task(
+    broker: AsyncBroker,
+    *,
+    schedule: list[dict[str, Any]] | None = None,
+    **labels: Any,
+) -> AsyncTaskiqDecoratedTask[Any, Any]:
+    """Register the sweep as a task on ``broker``, named ``taskiq_fanin.sweep``.
+
+    Schedule it with taskiq's own scheduler, e.g.
+    ``register_sweep_task(broker, schedule=[{"interval": 60}])`` with a
+    ``TaskiqScheduler(broker, [LabelScheduleSource(broker)])``. The task takes the
+    arguments of :func:`sweep` (``policy``, ``dry_run``, ``batch``, ``recheck``)
+    and returns the ``SweepReport`` as a dict.
+    """
+
+    async def fanin_sweep(
+        policy: str | None = None,
+        dry_run: bool = False,
+        batch: int = DEFAULT_BATCH,
+        recheck: float = DEFAULT_RECHECK_SECONDS,
+    ) -> dict[str, Any]:
+        report = await sweep(
+            find_fanin(broker),
+            policy=policy,
+            dry_run=dry_run,
+            batch=batch,
+            recheck=recheck,
+        )
+        return report.model_dump(mode="json")
+
+    if schedule is not None:
+        labels["schedule"] = schedule
+    return broker.register_task(fanin_sweep, task_name=SWEEP_TASK_NAME, **labels)
