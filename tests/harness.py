@@ -7,16 +7,50 @@ same code ``taskiq worker`` runs, without a process to manage.
 
 import asyncio
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from taskiq import AsyncBroker, BrokerMessage, TaskiqMessage, TaskiqMiddleware
+from taskiq import (
+    AsyncBroker,
+    BrokerMessage,
+    TaskiqMessage,
+    TaskiqMiddleware,
+    TaskiqResult,
+)
 from taskiq.receiver import Receiver
 from taskiq_redis import RedisStreamBroker
 
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.scripts import RedisClient
+
+
+class LossyStreamBroker(RedisStreamBroker):
+    """A stream broker that loses messages on purpose.
+
+    ``drop`` holds task ids whose next send is silently lost (a purge, a bug); with
+    ``fail_after`` set, every send after that many raises (a planner dying).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.drop: set[str] = set()
+        self.fail_after: int | None = None
+        self.sent = 0
+
+    async def kick(self, message: BrokerMessage) -> None:
+        if self.fail_after is not None and self.sent >= self.fail_after:
+            raise ConnectionError("the planner's connection died")
+        self.sent += 1
+        if message.task_id in self.drop:
+            self.drop.discard(message.task_id)
+            return
+        await super().kick(message)
 
 
 def stream_broker(
@@ -25,12 +59,12 @@ def stream_broker(
     *middlewares: TaskiqMiddleware,
     fanin_redis: str | RedisClient | None = None,
     **fanin: Any,
-) -> tuple[AsyncBroker, FanInMiddleware]:
+) -> tuple[LossyStreamBroker, FanInMiddleware]:
     """A stream broker on its own stream, with a ``FanInMiddleware`` under ``prefix``
     (on ``fanin_redis``, a URL or a client, when given, else on the broker's Redis).
     """
     fanin_middleware = FanInMiddleware(fanin_redis or redis_url, prefix=prefix, **fanin)
-    broker = RedisStreamBroker(
+    broker = LossyStreamBroker(
         redis_url, queue_name=f"{prefix}:stream", xread_block=100
     ).with_middlewares(*middlewares, fanin_middleware)
     return broker, fanin_middleware
@@ -95,12 +129,14 @@ class SentMessages(TaskiqMiddleware):
         super().__init__()
         self.sent: list[TaskiqMessage] = []
         self.executed: list[TaskiqMessage] = []
+        self.results: list[object] = []
 
     def post_send(self, message: TaskiqMessage) -> None:
         self.sent.append(message)
 
-    def post_execute(self, message: TaskiqMessage, result: object) -> None:
+    def post_execute(self, message: TaskiqMessage, result: TaskiqResult[Any]) -> None:
         self.executed.append(message)
+        self.results.append(result.return_value)
 
     def executions_of(self, task_name: str) -> int:
         return sum(1 for m in self.executed if m.task_name == task_name)
@@ -111,3 +147,53 @@ class SentMessages(TaskiqMiddleware):
     async def resend(self, message: TaskiqMessage) -> None:
         encoded: BrokerMessage = self.broker.formatter.dumps(message)
         await self.broker.kick(encoded)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def worker_process(
+    app: str, env: dict[str, str], *, max_async_tasks: int = 10
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``taskiq worker`` process for ``app`` (``module:broker``).
+
+    It runs in its own process group, and is stopped for certain: ``taskiq
+    worker`` can hang on SIGTERM, so SIGKILL follows a short grace.
+    """
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "taskiq",
+            "worker",
+            app,
+            "--max-async-tasks",
+            str(max_async_tasks),
+            "--workers",
+            "1",
+            "--shutdown-timeout",
+            "1",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        start_new_session=True,
+    )
+    try:
+        yield process
+    finally:
+        stop_process_group(process)
+
+
+def stop_process_group(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
+    """SIGTERM the process's group, then SIGKILL it after ``grace`` seconds."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

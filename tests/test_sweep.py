@@ -1,0 +1,389 @@
+"""The sweep against a real redis-server and a real Receiver: lost members
+re-driven from the ledger, crashed finalisers and planners recovered, give-up,
+concurrent sweeps, and the scheduled sweep task.
+"""
+
+import asyncio
+import importlib
+import json
+import os
+import signal
+
+import pytest
+from redis.asyncio import Redis
+from taskiq import SendTaskError, TaskiqMessage, TaskiqMiddleware
+from taskiq.schedule_sources import LabelScheduleSource
+
+from taskiq_fanin import (
+    SWEEP_TASK_NAME,
+    FanInMiddleware,
+    FindingKind,
+    GroupResult,
+    Signature,
+    SweepAction,
+    group,
+    register_sweep_task,
+    sweep,
+)
+from taskiq_fanin.keys import GroupKeys
+from taskiq_fanin.labels import CONTINUATION_LABEL
+from taskiq_fanin.middleware import find_fanin
+from tests.harness import (
+    SentMessages,
+    eventually,
+    stream_broker,
+    worker,
+    worker_process,
+)
+
+SHORT = 0.3  # seconds: deadlines and leases short enough to pass within a test
+
+
+async def overdue(fanin: FanInMiddleware, group_id: str) -> bool:
+    return (await fanin.status(group_id)).overdue()
+
+
+async def test_a_member_never_dispatched_is_reported_then_redriven_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+    results: list[GroupResult] = []
+    runs: list[int] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        runs.append(index)
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    broker.drop = {"lost.2"}
+    async with worker(broker, max_async_tasks=5):
+        members = [Signature.of(member, i) for i in range(4)]
+        await group(members, then=then, group_id="lost", deadline=SHORT).kiq(broker)
+        await eventually(lambda: len(runs) == 3, what="three members")
+        await eventually(lambda: overdue(fanin, "lost"), what="the deadline")
+
+        dry = await sweep(fanin, dry_run=True)
+        (finding,) = dry.findings
+        assert (finding.group_id, finding.kind, finding.missing) == (
+            "lost",
+            FindingKind.STUCK,
+            [2],
+        )
+        assert (finding.action, finding.applied) == (SweepAction.REPORT, False)
+        assert (await fanin.status("lost")).redrives == 0  # a dry run writes nothing
+
+        redriven = await sweep(fanin, policy="redrive")
+        assert [(f.action, f.applied, f.missing) for f in redriven.findings] == [
+            (SweepAction.REDRIVE, True, [2])
+        ]
+        await eventually(lambda: len(results) == 1, what="the continuation")
+        await eventually(
+            lambda: sent.executions_of(then.task_name) == 1, what="completion"
+        )
+        status = await fanin.status("lost")
+        after = await sweep(fanin, dry_run=True)
+
+    assert sorted(runs) == [0, 1, 2, 3]  # only the missing member ran again
+    assert results[0].succeeded == [0, 1, 2, 3]
+    assert (status.state.value, status.redrives) == ("completed", 1)
+    assert after.findings == []  # a completed group leaves the index
+
+
+async def test_a_planner_that_died_mid_dispatch_is_finished_by_the_sweep(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix, sweep_policy="redrive")
+    results: list[GroupResult] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    async with worker(broker, max_async_tasks=5):
+        broker.fail_after = broker.sent + 2
+        members = [Signature.of(member, i) for i in range(5)]
+        with pytest.raises(SendTaskError):  # the planner "dies" here
+            await group(members, then=then, group_id="half", deadline=SHORT).kiq(broker)
+        broker.fail_after = None
+        await eventually(lambda: overdue(fanin, "half"), what="the deadline")
+        report = await sweep(fanin)  # the group's own policy: redrive
+        await eventually(lambda: len(results) == 1, what="the continuation")
+
+    (finding,) = report.findings
+    assert finding.kind is FindingKind.UNPLANNED
+    assert finding.missing == [2, 3, 4]
+    assert results[0].results == [0, 1, 2, 3, 4]
+
+
+class FailFirstContinuationKick(TaskiqMiddleware):
+    """The finaliser "dies" between its claim and the continuation's kick."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def pre_send(self, message: TaskiqMessage) -> TaskiqMessage:
+        if CONTINUATION_LABEL in message.labels and not self.failed:
+            self.failed = True
+            raise ConnectionError("worker died after claiming")
+        return message
+
+
+async def test_a_finaliser_that_died_after_its_claim_is_recovered_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    fault = FailFirstContinuationKick()
+    sent = SentMessages()
+    broker, fanin = stream_broker(
+        redis_url, key_prefix, fault, sent, finaliser_lease=SHORT
+    )
+    ran: list[GroupResult] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        ran.append(result)
+
+    claim = GroupKeys(key_prefix, "crash").claim
+    async with worker(broker, max_async_tasks=5):
+        members = [Signature.of(member, i) for i in range(3)]
+        await group(members, then=then, group_id="crash").kiq(broker)
+        await eventually(lambda: fault.failed, what="the injected crash")
+        assert (await fanin.status("crash")).state.value == "claimed"
+        early = await sweep(fanin)
+        assert early.findings == []  # the lease is still held
+        await eventually(lambda: _gone(fanin.redis, claim), what="the lease to end")
+        report = await sweep(fanin)
+        await eventually(lambda: len(ran) == 1, what="the continuation")
+        await eventually(lambda: sent.executions_of(then.task_name) == 1, what="end")
+        again = await sweep(fanin)
+
+    (finding,) = report.findings
+    assert (finding.kind, finding.action, finding.applied) == (
+        FindingKind.FINALISER_LOST,
+        SweepAction.REDISPATCH,
+        True,
+    )
+    assert ran[0].results == [0, 1, 2]
+    assert [f.kind for f in again.findings] in ([], [FindingKind.GONE])
+
+
+async def _gone(redis: Redis, key: str) -> bool:
+    return await redis.exists(key) == 0
+
+
+async def test_give_up_runs_the_continuation_once_with_the_lost_members(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+    results: list[GroupResult] = []
+    runs: list[int] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        runs.append(index)
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    broker.drop = {"partial.1", "partial.3"}
+    async with worker(broker, max_async_tasks=5):
+        members = [Signature.of(member, i) for i in range(4)]
+        await group(
+            members,
+            then=then,
+            group_id="partial",
+            deadline=SHORT,
+            sweep_policy="give_up",
+        ).kiq(broker)
+        await eventually(lambda: len(runs) == 2, what="two members")
+        await eventually(lambda: overdue(fanin, "partial"), what="the deadline")
+        report = await sweep(fanin)
+        await eventually(lambda: len(results) == 1, what="the continuation")
+        # A lost member that turns up after all changes nothing.
+        await (
+            member.kicker()
+            .with_task_id("partial.1")
+            .with_labels(fanin_member=f"partial/1/{await _token(fanin, 'partial')}")
+            .kiq(1)
+        )
+        await eventually(
+            lambda: sent.executions_of(member.task_name) == 3, what="the late member"
+        )
+
+    (finding,) = report.findings
+    assert (finding.action, finding.applied, finding.missing) == (
+        SweepAction.GIVE_UP,
+        True,
+        [1, 3],
+    )
+    (result,) = results
+    assert (result.succeeded, result.lost, result.results) == ([0, 2], [1, 3], [0, 2])
+
+
+async def _token(fanin: FanInMiddleware, group_id: str) -> str:
+    token = await fanin.redis.hget(
+        GroupKeys(fanin.config.prefix, group_id).meta, "token"
+    )
+    return token.decode()
+
+
+async def test_two_sweeps_at_the_same_moment_act_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix, sweep_policy="redrive")
+
+    @broker.task
+    async def member(index: int) -> None:
+        return None
+
+    await broker.startup()
+    try:
+        for name in ("a", "b", "c"):
+            broker.drop.add(f"{name}.0")
+            await group(
+                [Signature.of(member, 0), Signature.of(member, 1)],
+                group_id=name,
+                deadline=SHORT,
+            ).kiq(broker)
+        await eventually(lambda: overdue(fanin, "c"), what="the deadlines")
+        reports = await asyncio.gather(sweep(fanin), sweep(fanin))
+        redrives = [(await fanin.status(name)).redrives for name in ("a", "b", "c")]
+    finally:
+        await broker.shutdown()
+
+    assert sorted(r.skipped for r in reports) == [False, True]
+    (acted,) = [r for r in reports if not r.skipped]
+    assert sorted(f.group_id for f in acted.findings) == ["a", "b", "c"]
+    assert redrives == [1, 1, 1]
+
+
+async def test_redrives_stop_at_the_maximum(redis_url: str, key_prefix: str) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix, max_redrives=1)
+
+    @broker.task
+    async def member(index: int) -> None:
+        return None
+
+    await broker.startup()
+    try:
+        broker.drop = {"g.0"}
+        await group([Signature.of(member, 0)], group_id="g", deadline=SHORT).kiq(broker)
+        await eventually(lambda: overdue(fanin, "g"), what="the deadline")
+        first = await sweep(fanin, policy="redrive", recheck=0.001)
+        await eventually(lambda: overdue(fanin, "g"), what="the new deadline")
+        second = await sweep(fanin, policy="redrive")
+    finally:
+        await broker.shutdown()
+
+    assert [f.applied for f in first.findings] == [True]
+    (finding,) = second.findings
+    assert (finding.applied, finding.redrives) == (False, 1)
+    assert "re-drives used" in finding.note
+
+
+async def test_the_sweep_task_is_scheduled_by_taskiq_and_returns_its_report(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    sweep_task = register_sweep_task(broker, schedule=[{"interval": 60}])
+
+    @broker.task
+    async def member(index: int) -> None:
+        return None
+
+    source = LabelScheduleSource(broker)
+    await source.startup()
+    schedules = await source.get_schedules()
+    assert [(s.task_name, s.interval) for s in schedules] == [(SWEEP_TASK_NAME, 60)]
+    assert sweep_task.task_name == SWEEP_TASK_NAME
+
+    async with worker(broker, max_async_tasks=2):
+        broker.drop = {"s.0"}
+        await group([Signature.of(member, 0)], group_id="s", deadline=SHORT).kiq(broker)
+        await eventually(lambda: overdue(fanin, "s"), what="the deadline")
+        sent = SentMessages()
+        broker.add_middlewares(sent)
+        await sweep_task.kiq(dry_run=True)
+        await eventually(
+            lambda: sent.executions_of(SWEEP_TASK_NAME) == 1, what="the sweep task"
+        )
+        status = await fanin.status("s")
+
+    report = sent.results[-1]
+    assert isinstance(report, dict)
+    assert [f["group_id"] for f in report["findings"]] == ["s"]
+    assert (status.redrives, status.state.value) == (0, "open")  # dry run
+
+
+async def test_a_member_lost_with_a_killed_worker_is_redriven_on_a_list_broker(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {"REDIS_URL": redis_url, "APP_PREFIX": key_prefix}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    app = importlib.reload(importlib.import_module("tests.sweep_app"))
+    fanin = find_fanin(app.broker)
+    redis = Redis.from_url(redis_url)
+    await app.broker.startup()
+    try:
+        with worker_process(
+            "tests.sweep_app:broker", {**env, "BLOCK_MEMBER": "1"}
+        ) as doomed:
+            members = [Signature.of(app.member, i) for i in range(3)]
+            await group(
+                members, then=app.publish, group_id="killed", deadline=SHORT
+            ).kiq(app.broker)
+            await eventually(
+                lambda: _llen_is(redis, app.STARTED, 3),
+                what="all three members to start",
+            )
+            await eventually(
+                lambda: _status_counts(fanin, "killed", done=2), what="two members done"
+            )
+            # SIGKILL, mid-member, to the worker and its children: ListQueueBroker
+            # has already handed the message over and never redelivers it.
+            os.killpg(doomed.pid, signal.SIGKILL)
+            doomed.wait()
+        assert await redis.llen(app.QUEUE) == 0  # the message is gone for good
+        await eventually(lambda: overdue(fanin, "killed"), what="the deadline")
+
+        with worker_process("tests.sweep_app:broker", env):
+            report = await sweep(fanin, policy="redrive")
+            await eventually(
+                lambda: _llen_is(redis, app.PUBLISHED, 1), what="the continuation"
+            )
+        published = [
+            json.loads(raw) for raw in await redis.lrange(app.PUBLISHED, 0, -1)
+        ]
+    finally:
+        await app.broker.shutdown()
+        await redis.aclose()
+
+    (finding,) = report.findings
+    assert (finding.missing, finding.applied) == ([1], True)
+    assert len(published) == 1
+    assert published[0]["results"] == [0, 1, 2]
+
+
+async def _llen_is(redis: Redis, key: str, length: int) -> bool:
+    return await redis.llen(key) == length
+
+
+async def _status_counts(fanin: FanInMiddleware, group_id: str, *, done: int) -> bool:
+    return (await fanin.status(group_id)).done == done
