@@ -29,8 +29,8 @@ logger = logging.getLogger("taskiq_fanin.sweep")
 
 #: Groups one sweep examines at most; the next sweep goes on from there.
 DEFAULT_BATCH = 100
-#: Seconds before the sweep looks again at a group it reported or re-drove.
-DEFAULT_RECHECK_SECONDS = 60.0
+#: The shortest time a sweep's lock is held, in seconds.
+MIN_LOCK_SECONDS = 60.0
 
 
 class FindingKind(str, enum.Enum):
@@ -99,7 +99,6 @@ async def sweep(
     policy: SweepPolicy | str | None = None,
     dry_run: bool = False,
     batch: int = DEFAULT_BATCH,
-    recheck: float = DEFAULT_RECHECK_SECONDS,
 ) -> SweepReport:
     """Examine up to ``batch`` due groups and act on them.
 
@@ -110,7 +109,7 @@ async def sweep(
     override = SweepPolicy(policy) if policy is not None else None
     lock_key = f"{fanin.config.prefix}:sweep:lock"
     holder = uuid.uuid4().hex
-    lock_ms = int(max(fanin.config.lease, recheck) * 1000)
+    lock_ms = int(max(fanin.config.lease, MIN_LOCK_SECONDS) * 1000)
     if not await fanin.redis.set(lock_key, holder, nx=True, px=lock_ms):
         logger.info("Another sweep holds %s; skipping", lock_key)
         return SweepReport(dry_run=dry_run, skipped=True)
@@ -128,7 +127,6 @@ async def sweep(
                 now=now,
                 override=override,
                 dry_run=dry_run,
-                recheck=recheck,
             )
             if finding is not None:
                 report.findings.append(finding)
@@ -146,7 +144,6 @@ async def _judge(
     now: int,
     override: SweepPolicy | None,
     dry_run: bool,
-    recheck: float,
 ) -> Finding | None:
     keys = GroupKeys(fanin.config.prefix, group_id)
     inspected = await fanin.scripts.inspect_group(keys)
@@ -166,7 +163,8 @@ async def _judge(
     if due_at > now or (state is GroupState.CLAIMED and inspected.lease_held):
         # Not stuck after all (the index is only a hint): look again later.
         if not dry_run:
-            await _reschedule(fanin, group_id, max(due_at, now + int(recheck * 1000)))
+            lease_end = now + int(fanin.config.lease * 1000)
+            await _reschedule(fanin, group_id, max(due_at, lease_end))
         return None
     finding = _finding(group_id, state, inspected, now, due_at)
     if state is GroupState.CLAIMED:
@@ -185,7 +183,7 @@ async def _judge(
         finding.action = SweepAction((override or SweepPolicy(meta["sweep"])).value)
     if dry_run:
         return finding
-    await _act(fanin, finding, meta, now, recheck)
+    await _act(fanin, finding, meta, now)
     return finding
 
 
@@ -223,11 +221,12 @@ async def _act(
     finding: Finding,
     meta: dict[str, str],
     now: int,
-    recheck: float,
 ) -> None:
     keys = GroupKeys(fanin.config.prefix, finding.group_id)
     token, action = meta["token"], finding.action
-    look_again = now + int(recheck * 1000)
+    # A group left as it was goes to the back of the due queue: every stuck group
+    # is seen in turn, however many there are.
+    look_again = now
     if action is SweepAction.REDRIVE:
         redriven = await fanin.scripts.redrive_group(
             keys, token=token, now_ms=now, max_redrives=fanin.config.max_redrives
@@ -298,7 +297,7 @@ def register_sweep_task(
     Schedule it with taskiq's own scheduler, e.g.
     ``register_sweep_task(broker, schedule=[{"interval": 60}])`` with a
     ``TaskiqScheduler(broker, [LabelScheduleSource(broker)])``. The task takes the
-    arguments of :func:`sweep` (``policy``, ``dry_run``, ``batch``, ``recheck``)
+    arguments of :func:`sweep` (``policy``, ``dry_run``, ``batch``)
     and returns the ``SweepReport`` as a dict.
     """
 
@@ -306,14 +305,12 @@ def register_sweep_task(
         policy: str | None = None,
         dry_run: bool = False,
         batch: int = DEFAULT_BATCH,
-        recheck: float = DEFAULT_RECHECK_SECONDS,
     ) -> dict[str, Any]:
         report = await sweep(
             find_fanin(broker),
             policy=policy,
             dry_run=dry_run,
             batch=batch,
-            recheck=recheck,
         )
         return report.model_dump(mode="json")
 

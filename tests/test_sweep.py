@@ -285,7 +285,7 @@ async def test_redrives_stop_at_the_maximum(redis_url: str, key_prefix: str) -> 
         broker.drop = {"g.0"}
         await group([Signature.of(member, 0)], group_id="g", deadline=SHORT).kiq(broker)
         await eventually(lambda: overdue(fanin, "g"), what="the deadline")
-        first = await sweep(fanin, policy="redrive", recheck=0.001)
+        first = await sweep(fanin, policy="redrive")
         await eventually(lambda: overdue(fanin, "g"), what="the new deadline")
         second = await sweep(fanin, policy="redrive")
     finally:
@@ -387,3 +387,50 @@ async def _llen_is(redis: Redis, key: str, length: int) -> bool:
 
 async def _status_counts(fanin: FanInMiddleware, group_id: str, *, done: int) -> bool:
     return (await fanin.status(group_id)).done == done
+
+
+async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+    ran: list[GroupResult] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        ran.append(result)
+
+    broker.drop = {"cont.then"}  # the continuation's message is lost on its way
+    async with worker(broker, max_async_tasks=5):
+        members = [Signature.of(member, i) for i in range(2)]
+        await group(members, then=then, group_id="cont", deadline=SHORT).kiq(broker)
+        await eventually(
+            lambda: _state_is(fanin, "cont", "dispatched"), what="the dispatch"
+        )
+        await eventually(lambda: _continuation_overdue(fanin), what="its deadline")
+        reported = await sweep(fanin)  # the group's policy: report
+        assert ran == []
+        redispatched = await sweep(fanin, policy="redrive")
+        await eventually(lambda: len(ran) == 1, what="the continuation")
+        await eventually(lambda: sent.executions_of(then.task_name) == 1, what="end")
+
+    assert [(f.kind, f.action, f.applied) for f in reported.findings] == [
+        (FindingKind.CONTINUATION_OVERDUE, SweepAction.REPORT, True)
+    ]
+    assert [(f.kind, f.action) for f in redispatched.findings] == [
+        (FindingKind.CONTINUATION_OVERDUE, SweepAction.REDISPATCH)
+    ]
+    assert ran[0].results == [0, 1]
+
+
+async def _state_is(fanin: FanInMiddleware, group_id: str, state: str) -> bool:
+    return (await fanin.status(group_id)).state.value == state
+
+
+async def _continuation_overdue(fanin: FanInMiddleware) -> bool:
+    report = await sweep(fanin, dry_run=True)
+    return any(f.kind is FindingKind.CONTINUATION_OVERDUE for f in report.findings)
