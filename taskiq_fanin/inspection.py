@@ -3,6 +3,7 @@
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from taskiq_fanin.config import positive
 from taskiq_fanin.keys import GroupKeys, index_key
 from taskiq_fanin.models import (
     FailurePolicy,
@@ -55,6 +56,7 @@ async def list_groups(
 
     With ``stuck``, only those still open past their deadline.
     """
+    positive("limit", limit)
     raw_ids = await fanin.redis.zrange(index_key(fanin.config.prefix), 0, limit - 1)
     group_ids = [text(raw) for raw in raw_ids]
     async with fanin.redis.pipeline(transaction=False) as pipe:

@@ -86,5 +86,33 @@ class GroupKeys:
 
 
 def index_key(prefix: str) -> str:
-    """Sorted set of open group ids scored by deadline (ms)."""
+    """Sorted set of group ids scored by when the sweep should look next (ms)."""
     return f"{prefix}:index"
+
+
+def sweep_lock_key(prefix: str) -> str:
+    """String: held (SET NX PX) by the one sweep acting at a time."""
+    return f"{prefix}:sweep:lock"
+
+
+@dataclass(frozen=True)
+class ChainKeys:
+    """Names of the keys of one chain's workflow record."""
+
+    prefix: str
+    chain_id: str
+
+    @property
+    def record(self) -> str:
+        """Hash: token, state, current step, names, times, error."""
+        return f"{self.prefix}:{{{self.chain_id}}}:chain"
+
+    @property
+    def compensations(self) -> str:
+        """List: the compensations of the steps completed so far, in order."""
+        return f"{self.prefix}:{{{self.chain_id}}}:comps"
+
+    @property
+    def all(self) -> tuple[str, str]:
+        """Both keys, in the order the chain scripts expect them."""
+        return (self.record, self.compensations)

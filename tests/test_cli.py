@@ -1,0 +1,315 @@
+"""The ``taskiq-fanin`` command, run as a user runs it: in a subprocess, against a
+real redis-server, on groups planned by the library with no worker running.
+"""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from taskiq import AsyncBroker, TaskiqResult
+
+from taskiq_fanin import FanInMiddleware, Signature, group
+from taskiq_fanin.keys import GroupKeys, index_key, sweep_lock_key
+from taskiq_fanin.testing import free_port
+from tests.harness import SentMessages, eventually, stream_broker
+
+ROOT = Path(__file__).resolve().parent.parent
+#: How the command is started: as a module, as the installed script, through taskiq.
+COMMANDS = {
+    "module": [sys.executable, "-m", "taskiq_fanin.cli"],
+    "script": [str(Path(sys.executable).parent / "taskiq-fanin")],
+    "taskiq": [sys.executable, "-m", "taskiq", "fanin"],
+}
+#: The member task, under the name tests/cli_app.py gives it.
+RESIZE = "cli_app.resize"
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+async def run_cli(*args: str, via: str = "module", env=None) -> Run:
+    """Run the command line; ``env`` entries set to None are removed."""
+    environment = {**os.environ, **(env or {})}
+    environment = {k: v for k, v in environment.items() if v is not None}
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [*COMMANDS[via], *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=environment,
+        timeout=60,
+        check=False,
+    )
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+@dataclass
+class App:
+    broker: AsyncBroker
+    fanin: FanInMiddleware
+    sent: SentMessages
+    redis: Redis
+    url: str
+    prefix: str
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return ("--redis-url", self.url, "--prefix", self.prefix)
+
+    async def plan(self, size: int = 3, **options: Any) -> str:
+        members = [Signature.of(RESIZE, image) for image in range(size)]
+        handle = await group(members, **options).kiq(self.broker)
+        return handle.group_id
+
+    async def finish(self, group_id: str, index: int) -> None:
+        """Record member ``index`` as done, as a worker's middleware would."""
+        (message,) = (m for m in self.sent.sent if m.task_id == f"{group_id}.{index}")
+        result = TaskiqResult(is_err=False, return_value="ok", execution_time=0.0)
+        await self.fanin.post_execute(message, result)
+
+    async def stuck(self, size: int = 3, done: tuple[int, ...] = ()) -> str:
+        """A group past its deadline, with members ``done`` finished."""
+        group_id = await self.plan(size, deadline=0.3)
+        for index in done:
+            await self.finish(group_id, index)
+
+        async def overdue() -> bool:
+            return (await self.fanin.status(group_id)).overdue()
+
+        await eventually(overdue, timeout=5, what=f"group {group_id} overdue")
+        return group_id
+
+
+@pytest.fixture
+async def app(redis_url, key_prefix, redis_client):
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+
+    @broker.task(task_name=RESIZE)
+    async def resize(image: int) -> str:
+        return f"{image}.jpg"
+
+    await broker.startup()
+    try:
+        yield App(broker, fanin, sent, redis_client, redis_url, key_prefix)
+    finally:
+        await broker.shutdown()
+
+
+async def test_status_of_an_open_group_reports_its_counts(app) -> None:
+    group_id = await app.plan(4)
+    await app.finish(group_id, 2)
+
+    run = await run_cli("status", group_id, "--json", *app.options)
+
+    assert run.code == 0, run.stderr
+    status = run.json()
+    assert status["group_id"] == group_id
+    assert status["state"] == "open"
+    assert (status["total"], status["done"], status["failed"]) == (4, 1, 0)
+    assert (status["pending"], status["planned"], status["redrives"]) == (3, True, 0)
+    assert status["overdue"] is False
+    assert status["sweep_policy"] == "report"
+    assert 0 <= status["age_seconds"] < 30
+
+
+async def test_status_of_a_missing_group_says_missing_and_exits_1(app) -> None:
+    run = await run_cli("status", "no-such-group", "--json", *app.options)
+
+    assert run.code == 1
+    assert run.json()["state"] == "missing"
+
+
+async def test_list_shows_every_open_group_and_stuck_only_the_overdue_one(
+    app,
+) -> None:
+    on_time = await app.plan(2)
+    late = await app.stuck(3, done=(0,))
+
+    # The Redis URL from $REDIS_URL this time.
+    listed = await run_cli(
+        "list", "--json", "--prefix", app.prefix, env={"REDIS_URL": app.url}
+    )
+    stuck = await run_cli("list", "--stuck", "--json", *app.options)
+
+    assert listed.code == stuck.code == 0
+    by_id = {group["group_id"]: group for group in listed.json()}
+    assert set(by_id) == {on_time, late}
+    assert (by_id[late]["overdue"], by_id[on_time]["overdue"]) == (True, False)
+    assert (by_id[late]["done"], by_id[late]["pending"]) == (1, 2)
+    assert [group["group_id"] for group in stuck.json()] == [late]
+
+
+async def test_a_dry_run_sweep_reports_the_missing_members_and_writes_nothing(
+    app,
+) -> None:
+    group_id = await app.stuck(3, done=(1,))
+    keys = GroupKeys(app.prefix, group_id)
+    meta_before = await app.redis.hgetall(keys.meta)
+    score_before = await app.redis.zscore(index_key(app.prefix), group_id)
+
+    run = await run_cli("sweep", "--json", *app.options)
+
+    assert run.code == 0, run.stderr
+    report = run.json()
+    assert (report["dry_run"], report["skipped"], report["examined"]) == (
+        True,
+        False,
+        1,
+    )
+    (finding,) = report["findings"]
+    assert finding["group_id"] == group_id
+    assert (finding["kind"], finding["action"]) == ("stuck", "report")
+    assert finding["applied"] is False
+    assert finding["missing"] == [0, 2]
+    assert (finding["done"], finding["total"]) == (1, 3)
+    assert await app.redis.hgetall(keys.meta) == meta_before
+    assert await app.redis.zscore(index_key(app.prefix), group_id) == score_before
+    assert not await app.redis.exists(sweep_lock_key(app.prefix))
+
+
+async def test_sweep_redrive_through_the_broker_kicks_exactly_the_missing_members(
+    app,
+) -> None:
+    group_id = await app.stuck(4, done=(0, 2))
+    stream = f"{app.prefix}:stream"
+    kicked_before = await app.redis.xlen(stream)
+    deadline_before = (await app.fanin.status(group_id)).deadline
+
+    # The installed script: it must find tests.cli_app from the current directory.
+    run = await run_cli(
+        "sweep",
+        "--redrive",
+        "--broker",
+        "tests.cli_app:broker",
+        "--json",
+        via="script",
+        env={"REDIS_URL": app.url, "FANIN_PREFIX": app.prefix, "FANIN_QUEUE": stream},
+    )
+
+    assert run.code == 0, run.stderr
+    (finding,) = run.json()["findings"]
+    assert (finding["action"], finding["applied"]) == ("redrive", True)
+    assert finding["missing"] == [1, 3]
+    entries = await app.redis.xrange(stream)
+    assert len(entries) == kicked_before + 2
+    rekicked = [json.loads(fields[b"data"]) for _, fields in entries[kicked_before:]]
+    assert sorted(m["task_id"] for m in rekicked) == [f"{group_id}.1", f"{group_id}.3"]
+    assert {m["task_name"] for m in rekicked} == {RESIZE}
+    status = await app.fanin.status(group_id)
+    assert status.redrives == 1
+    assert status.deadline > deadline_before  # a new deadline for the re-kicked
+
+
+async def test_fail_on_stuck_exits_2_when_a_group_is_stuck_and_0_otherwise(
+    app,
+) -> None:
+    await app.plan(2)
+    calm = await run_cli("sweep", "--fail-on-stuck", *app.options)
+    await app.stuck(2)
+    alarmed = await run_cli("sweep", "--fail-on-stuck", *app.options)
+
+    assert calm.code == 0, calm.stderr
+    assert alarmed.code == 2, alarmed.stderr
+    assert "1 stuck" in alarmed.stdout
+
+
+async def test_an_acting_sweep_says_so_when_another_sweep_holds_the_lock(
+    app,
+) -> None:
+    await app.stuck(2)
+    await app.redis.set(sweep_lock_key(app.prefix), "someone-else", px=30_000)
+    env = {
+        "REDIS_URL": app.url,
+        "FANIN_PREFIX": app.prefix,
+        "FANIN_QUEUE": f"{app.prefix}:stream",
+    }
+    acting = ("sweep", "--redrive", "--broker", "tests.cli_app:broker")
+
+    table = await run_cli(*acting, "--fail-on-stuck", env=env)
+    as_json = await run_cli(*acting, "--json", env=env)
+    dry = await run_cli("sweep", "--json", *app.options)  # takes no lock
+
+    assert table.code == 0, table.stderr  # nothing was examined, so nothing stuck
+    assert "Another sweep holds the lock" in table.stdout
+    assert (as_json.json()["skipped"], as_json.json()["findings"]) == (True, [])
+    assert (dry.json()["skipped"], len(dry.json()["findings"])) == (False, 1)
+
+
+async def test_tables_name_the_group_through_the_installed_script(app) -> None:
+    group_id = await app.stuck(2, done=(1,))
+
+    status, listed, swept = [
+        await run_cli(command, *extra, *app.options, via="script")
+        for command, *extra in (["status", group_id], ["list"], ["sweep"])
+    ]
+
+    assert status.code == listed.code == swept.code == 0
+    for run in (status, listed, swept):
+        assert group_id in run.stdout, run.stdout
+        assert run.stderr == ""
+    assert "pending" in status.stdout
+    assert "would" in swept.stdout
+    assert "Dry run, nothing written" in swept.stdout
+
+
+async def test_taskiq_own_cli_runs_the_fanin_commands(app) -> None:
+    group_id = await app.plan(2)
+
+    run = await run_cli("status", group_id, "--json", *app.options, via="taskiq")
+
+    assert run.code == 0, run.stderr
+    assert (run.json()["group_id"], run.json()["total"]) == (group_id, 2)
+
+
+async def test_no_redis_url_is_a_usage_error_in_one_line() -> None:
+    run = await run_cli("list", env={"REDIS_URL": None})
+
+    assert run.code == 2
+    assert run.stdout == ""
+    assert "--redis-url" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
+async def test_an_acting_sweep_without_a_broker_is_a_usage_error() -> None:
+    run = await run_cli("sweep", "--redrive", "--redis-url", "redis://127.0.0.1:1")
+
+    assert run.code == 2
+    assert "--broker" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
+async def test_an_unreachable_redis_is_reported_in_one_line_without_a_traceback() -> (
+    None
+):
+    url = f"redis://127.0.0.1:{free_port()}"
+
+    run = await run_cli("status", "some-group", "--redis-url", url)
+
+    assert run.code == 3
+    assert "Traceback" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    assert "Redis" in run.stderr
+
+
+async def test_help_says_where_the_options_go_and_what_the_exit_codes_mean() -> None:
+    run = await run_cli("--help")
+
+    assert run.code == 0
+    assert "Options go after the command" in run.stdout
+    assert "exit codes" in run.stdout
