@@ -4,16 +4,20 @@ No task ever waits on another: members record their own outcomes, and the one
 that completes its group enqueues the continuation, exactly once.
 """
 
-from taskiq_fanin.api import Group, group, group_task, status
+from taskiq_fanin.api import Group, cancel, chain, group, group_task, status
+from taskiq_fanin.chain_record import ChainState, ChainStatus
+from taskiq_fanin.chains import Chain, ChainFailure, ChainHandle
 from taskiq_fanin.errors import (
     EmptyGroupError,
     FanInError,
+    GroupStepFailedError,
     GroupTooWideError,
     InvalidGroupError,
     InvalidGroupIdError,
     InvalidOptionError,
     MemberNotSerializableError,
     MiddlewareNotFoundError,
+    NestingTooDeepError,
     UnknownTaskError,
 )
 from taskiq_fanin.inspection import list_groups
@@ -40,6 +44,11 @@ from taskiq_fanin.sweep import (
 
 __all__ = [
     "SWEEP_TASK_NAME",
+    "Chain",
+    "ChainFailure",
+    "ChainHandle",
+    "ChainState",
+    "ChainStatus",
     "EmptyGroupError",
     "FailurePolicy",
     "FanInError",
@@ -51,6 +60,7 @@ __all__ = [
     "GroupResult",
     "GroupState",
     "GroupStatus",
+    "GroupStepFailedError",
     "GroupTooWideError",
     "InvalidGroupError",
     "InvalidGroupIdError",
@@ -58,11 +68,14 @@ __all__ = [
     "MemberError",
     "MemberNotSerializableError",
     "MiddlewareNotFoundError",
+    "NestingTooDeepError",
     "Signature",
     "SweepAction",
     "SweepPolicy",
     "SweepReport",
     "UnknownTaskError",
+    "cancel",
+    "chain",
     "group",
     "group_task",
     "list_groups",

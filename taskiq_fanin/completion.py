@@ -14,6 +14,7 @@ from pydantic_core import to_json
 from taskiq import TaskiqResult
 
 from taskiq_fanin import metrics
+from taskiq_fanin.inspection import text
 from taskiq_fanin.keys import GroupKeys, index_key
 from taskiq_fanin.labels import ContinuationRef, MemberRef
 from taskiq_fanin.models import FailurePolicy, GroupResult, MemberError
@@ -203,12 +204,17 @@ async def finalise(fanin: "FanInMiddleware", group_id: str, token: str) -> None:
     )
 
 
+async def _state_of(fanin: "FanInMiddleware", group_id: str, token: str) -> str | None:
+    """The group's state, if the group exists and has this token."""
+    keys = GroupKeys(fanin.config.prefix, group_id)
+    meta = await fanin.redis.hmget(keys.meta, ["token", "state"])
+    found, state = (text(value) if value is not None else None for value in meta)
+    return state if found == token else None
+
+
 async def is_completed(fanin: "FanInMiddleware", ref: ContinuationRef) -> bool:
     """True when this continuation already ran to its end (a redelivery)."""
-    keys = GroupKeys(fanin.config.prefix, ref.group_id)
-    meta = await fanin.redis.hmget(keys.meta, ["token", "state"])
-    token, state = (v.decode() if isinstance(v, bytes) else v for v in meta)
-    return token == ref.token and state == "completed"
+    return await _state_of(fanin, ref.group_id, ref.token) == "completed"
 
 
 async def complete_continuation(fanin: "FanInMiddleware", ref: ContinuationRef) -> None:
@@ -221,3 +227,17 @@ async def complete_continuation(fanin: "FanInMiddleware", ref: ContinuationRef) 
         tombstone_ms=int(fanin.config.tombstone_ttl * 1000),
     )
     await fanin.redis.zrem(index_key(fanin.config.prefix), ref.group_id)
+
+
+async def cancel_group(fanin: "FanInMiddleware", group_id: str) -> bool:
+    """Cancel an open group: no continuation runs. False if it is not open."""
+    keys = GroupKeys(fanin.config.prefix, group_id)
+    cancelled = await fanin.scripts.cancel_group(keys, now_ms=now_ms())
+    if cancelled:
+        await fanin.redis.zrem(index_key(fanin.config.prefix), group_id)
+    return cancelled
+
+
+async def is_cancelled(fanin: "FanInMiddleware", ref: MemberRef) -> bool:
+    """True when the member's group has been cancelled (and is still this one)."""
+    return await _state_of(fanin, ref.group_id, ref.token) == "cancelled"

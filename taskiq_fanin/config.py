@@ -25,6 +25,8 @@ DEFAULT_MAX_RESULT_BYTES = 64 * 1024
 DEFAULT_DISPATCH_CONCURRENCY = 64
 #: How many times the sweep may re-drive one group.
 DEFAULT_MAX_REDRIVES = 3
+#: How deep chains and groups may nest inside each other.
+DEFAULT_MAX_DEPTH = 8
 #: Key prefix; every key of the library starts with it.
 DEFAULT_PREFIX = "fanin"
 
@@ -51,6 +53,7 @@ class FanInConfig:
     failure_policy: FailurePolicy = FailurePolicy.CONTINUE
     sweep_policy: SweepPolicy = SweepPolicy.REPORT
     max_redrives: int = DEFAULT_MAX_REDRIVES
+    max_depth: int = DEFAULT_MAX_DEPTH
 
     def __post_init__(self) -> None:
         if not self.prefix or any(c in self.prefix for c in "{} "):
@@ -59,7 +62,12 @@ class FanInConfig:
             )
         for name in ("ttl", "deadline", "lease", "tombstone_ttl"):
             positive(name, getattr(self, name))
-        for name in ("max_group_size", "max_result_bytes", "dispatch_concurrency"):
+        for name in (
+            "max_group_size",
+            "max_result_bytes",
+            "dispatch_concurrency",
+            "max_depth",
+        ):
             positive(name, getattr(self, name))
         if self.deadline > self.ttl:
             raise InvalidOptionError(

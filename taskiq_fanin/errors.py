@@ -73,3 +73,20 @@ class MiddlewareNotFoundError(FanInError, LookupError):
 
     __template__ = "{reason}"
     reason: str
+
+
+class NestingTooDeepError(FanInError, ValueError):
+    """Groups and chains nested deeper than the configured bound."""
+
+    __template__ = "Nesting depth {depth} exceeds the maximum of {maximum}"
+    depth: int
+    maximum: int
+
+
+class GroupStepFailedError(FanInError, RuntimeError):
+    """A group step of a chain failed under policy ``fail``: the chain stops."""
+
+    __template__ = "Group {group_id} failed: {failed} members failed, {lost} lost"
+    group_id: str
+    failed: int
+    lost: int

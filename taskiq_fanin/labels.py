@@ -9,6 +9,10 @@ from typing import Any
 
 #: On a member: ``<group id>/<member index>/<group token>``.
 MEMBER_LABEL = "fanin_member"
+#: On a member: how deep it is nested in groups and chains (for the bound).
+DEPTH_LABEL = "fanin_depth"
+#: On a member of a group planned with ``cancellable=True``: check before running.
+CANCELLABLE_LABEL = "fanin_cancellable"
 #: On a continuation: ``<group id>/<group token>/<then or on_error>``.
 CONTINUATION_LABEL = "fanin_continuation"
 

@@ -5,13 +5,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from redis.asyncio import Redis
-from taskiq import NoResultError, TaskiqMessage, TaskiqMiddleware, TaskiqResult
+from taskiq import (
+    AsyncBroker,
+    NoResultError,
+    TaskiqMessage,
+    TaskiqMiddleware,
+    TaskiqResult,
+)
 
-from taskiq_fanin import completion, guard
+from taskiq_fanin import chains, completion, guard
+from taskiq_fanin.chain_record import ChainRecord, ChainStatus
 from taskiq_fanin.config import (
     DEFAULT_DEADLINE_SECONDS,
     DEFAULT_DISPATCH_CONCURRENCY,
     DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_GROUP_SIZE,
     DEFAULT_MAX_REDRIVES,
     DEFAULT_MAX_RESULT_BYTES,
@@ -23,8 +31,8 @@ from taskiq_fanin.config import (
 )
 from taskiq_fanin.errors import MiddlewareNotFoundError
 from taskiq_fanin.inspection import status_from_meta, text
-from taskiq_fanin.keys import GroupKeys, validate_group_id
-from taskiq_fanin.labels import ContinuationRef, MemberRef
+from taskiq_fanin.keys import ChainKeys, GroupKeys, validate_group_id
+from taskiq_fanin.labels import CANCELLABLE_LABEL, ContinuationRef, MemberRef
 from taskiq_fanin.models import FailurePolicy, GroupStatus, SweepPolicy
 from taskiq_fanin.planning import GroupHandle, plan_group, validate_plan
 from taskiq_fanin.scripts import RedisClient, Scripts
@@ -52,6 +60,7 @@ class FanInMiddleware(TaskiqMiddleware):
         failure_policy: FailurePolicy | str = FailurePolicy.CONTINUE,
         sweep_policy: SweepPolicy | str = SweepPolicy.REPORT,
         max_redrives: int = DEFAULT_MAX_REDRIVES,
+        max_depth: int = DEFAULT_MAX_DEPTH,
         finaliser_lease: float = DEFAULT_LEASE_SECONDS,
         tombstone_ttl: float = DEFAULT_TOMBSTONE_SECONDS,
         max_group_size: int = DEFAULT_MAX_GROUP_SIZE,
@@ -71,6 +80,8 @@ class FanInMiddleware(TaskiqMiddleware):
         :param sweep_policy: default for groups: what the sweep does with one
             still open past its deadline (``report``, ``redrive``, ``give_up``).
         :param max_redrives: how many times the sweep may re-drive one group.
+        :param max_depth: how deep groups and chains may nest in each other; a
+            deeper one fails with ``NestingTooDeepError`` and spawns nothing.
         :param finaliser_lease: seconds the finalising member has to enqueue the
             continuation before a sweep may do it instead.
         :param tombstone_ttl: seconds a completed group's meta is kept so late
@@ -93,12 +104,24 @@ class FanInMiddleware(TaskiqMiddleware):
             failure_policy=choice("failure_policy", FailurePolicy, failure_policy),
             sweep_policy=choice("sweep_policy", SweepPolicy, sweep_policy),
             max_redrives=max_redrives,
+            max_depth=max_depth,
         )
         self._url = redis if isinstance(redis, str) else None
         self._redis: RedisClient | None = None if isinstance(redis, str) else redis
         self._scripts: Scripts | None = None
+        self._chain_record: ChainRecord | None = None
 
     # -- lifecycle --------------------------------------------------------------
+
+    def set_broker(self, broker: AsyncBroker) -> None:
+        """Register the library's own tasks, which carry chains past group steps."""
+        super().set_broker(broker)
+        for name, func in (
+            (chains.CONTINUE_TASK_NAME, chains.continue_chain),
+            (chains.FAIL_TASK_NAME, chains.fail_chain),
+        ):
+            if broker.find_task(name) is None:
+                broker.register_task(func, task_name=name)
 
     async def startup(self) -> None:
         """Connect (for a URL) and register the Lua scripts."""
@@ -106,6 +129,7 @@ class FanInMiddleware(TaskiqMiddleware):
             self._redis = Redis.from_url(self._url)
         if self._redis is not None and self._scripts is None:
             self._scripts = Scripts(self._redis)
+            self._chain_record = ChainRecord(self._redis)
 
     async def shutdown(self) -> None:
         """Close the connection this middleware opened (never a caller's client)."""
@@ -113,6 +137,7 @@ class FanInMiddleware(TaskiqMiddleware):
             await self._redis.aclose()
             self._redis = None
             self._scripts = None
+            self._chain_record = None
 
     @property
     def redis(self) -> RedisClient:
@@ -125,18 +150,23 @@ class FanInMiddleware(TaskiqMiddleware):
 
     @property
     def scripts(self) -> Scripts:
-        """The registered Lua scripts; the broker must have started."""
+        """The group scripts; the broker must have started."""
         if self._scripts is None:
-            if self._redis is None:
-                self.redis  # noqa: B018 - raises the explanatory error
             self._scripts = Scripts(self.redis)
         return self._scripts
+
+    @property
+    def chain_record(self) -> ChainRecord:
+        """The chain scripts; the broker must have started."""
+        if self._chain_record is None:
+            self._chain_record = ChainRecord(self.redis)
+        return self._chain_record
 
     # -- public API ---------------------------------------------------------------
 
     async def group(
         self,
-        members: Iterable[Signature],
+        members: Iterable["Signature | chains.Chain"],
         *,
         then: TaskRef | Signature | None = None,
         on_error: TaskRef | Signature | None = None,
@@ -145,6 +175,8 @@ class FanInMiddleware(TaskiqMiddleware):
         sweep_policy: SweepPolicy | str | None = None,
         ttl: float | None = None,
         deadline: float | None = None,
+        cancellable: bool = False,
+        depth: int = 1,
     ) -> GroupHandle:
         """Plan a group and dispatch its members; returns at once.
 
@@ -152,9 +184,9 @@ class FanInMiddleware(TaskiqMiddleware):
         has an outcome. With ``failure_policy="fail"``, ``on_error`` receives it
         instead when any member failed. ``sweep_policy`` says what the sweep does
         if the group is still open past its deadline. Planning twice with the same
-        ``group_id``
-        dispatches once. Bad input raises a ``FanInError`` before anything is
-        written.
+        ``group_id`` dispatches once. Members may be chains. ``depth`` is the
+        nesting level (the library sets it for groups inside chains). Bad input
+        raises a ``FanInError`` before anything is written.
         """
         plan = validate_plan(
             self,
@@ -166,6 +198,8 @@ class FanInMiddleware(TaskiqMiddleware):
             sweep_policy=sweep_policy,
             ttl=ttl,
             deadline=deadline,
+            depth=depth,
+            cancellable=cancellable,
         )
         return await plan_group(self, plan)
 
@@ -175,22 +209,55 @@ class FanInMiddleware(TaskiqMiddleware):
         raw = await self.redis.hgetall(keys.meta)
         return status_from_meta(group_id, {text(k): text(v) for k, v in raw.items()})
 
+    async def chain_status(self, chain_id: str) -> ChainStatus:
+        """Current step, state, times and error of a chain, from its record."""
+        keys = ChainKeys(self.config.prefix, validate_group_id(chain_id))
+        return await self.chain_record.status(keys)
+
+    async def cancel(self, workflow_id: str) -> bool:
+        """Cancel a chain or a group by id; False if it is not running.
+
+        A cancelled chain runs no further step (a step about to start sees the
+        flag) and the compensations of its completed steps run. A cancelled group
+        runs no continuation; members already enqueued still run, unless the group
+        was planned with ``cancellable=True``, whose members check the flag first.
+        """
+        if await chains.cancel(self, workflow_id):
+            return True
+        return await completion.cancel_group(self, workflow_id)
+
     # -- worker hooks ---------------------------------------------------------------
 
     async def pre_execute(self, message: TaskiqMessage) -> TaskiqMessage:
-        """Remember the message; skip a continuation that already completed."""
+        """Remember the message; skip what must not run (already ran, cancelled)."""
         guard.current.set((self, message))
-        ref = ContinuationRef.from_labels(message.labels)
-        if ref is not None:
-            try:
-                if await completion.is_completed(self, ref):
-                    logger.info(
-                        "Group %s: continuation already ran; skipped", ref.group_id
-                    )
-                    guard.skip_current_message(self.broker, message)
-            except Exception:
-                logger.exception("Group %s: continuation guard failed", ref.group_id)
+        try:
+            if not await self._may_run(message):
+                guard.skip_current_message(self.broker, message)
+        except Exception:
+            logger.exception("Task %s: the run guard failed", message.task_id)
         return message
+
+    async def _may_run(self, message: TaskiqMessage) -> bool:
+        continuation = ContinuationRef.from_labels(message.labels)
+        if continuation is not None and await completion.is_completed(
+            self, continuation
+        ):
+            logger.info("Group %s: continuation already ran", continuation.group_id)
+            return False
+        cursor = chains.ChainCursor.from_labels(message.labels)
+        if cursor is not None and not await chains.step_may_run(self, cursor):
+            logger.info("Chain %s: step %d skipped", cursor.id, cursor.index)
+            return False
+        member = MemberRef.from_labels(message.labels)
+        if (
+            member is not None
+            and CANCELLABLE_LABEL in message.labels
+            and await completion.is_cancelled(self, member)
+        ):
+            logger.info("Group %s: cancelled; member skipped", member.group_id)
+            return False
+        return True
 
     async def post_execute(
         self, message: TaskiqMessage, result: TaskiqResult[Any]
@@ -206,11 +273,14 @@ class FanInMiddleware(TaskiqMiddleware):
             return
         member = MemberRef.from_labels(message.labels)
         continuation = ContinuationRef.from_labels(message.labels)
+        cursor = chains.ChainCursor.from_labels(message.labels)
         try:
             if member is not None:
                 await completion.record_member(self, member, result)
             if continuation is not None:
                 await completion.complete_continuation(self, continuation)
+            if cursor is not None:
+                await chains.step_finished(self, cursor, result)
         except Exception:
             # taskiq would swallow it anyway; the sweep recovers what was not recorded.
             logger.exception("Recording the outcome of task %s failed", message.task_id)

@@ -38,6 +38,8 @@ class GroupState(str, enum.Enum):
     DISPATCHED = "dispatched"
     #: The continuation ran to its end; only a small tombstone is left.
     COMPLETED = "completed"
+    #: Cancelled before it finalised: no continuation runs.
+    CANCELLED = "cancelled"
     #: Redis holds nothing about this group (never planned, or expired).
     MISSING = "missing"
 

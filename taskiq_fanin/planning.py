@@ -11,21 +11,29 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic_core import PydanticSerializationError
 
 from taskiq_fanin import metrics
+from taskiq_fanin.chains import Chain, member_to_ledger, validate_chain
+from taskiq_fanin.chains import start as start_chain
 from taskiq_fanin.config import choice, positive
 from taskiq_fanin.errors import (
     EmptyGroupError,
     GroupTooWideError,
     InvalidGroupError,
     MemberNotSerializableError,
+    NestingTooDeepError,
     UnknownTaskError,
 )
 from taskiq_fanin.keys import GroupKeys, index_key, validate_group_id
-from taskiq_fanin.labels import MemberRef
+from taskiq_fanin.labels import (
+    CANCELLABLE_LABEL,
+    DEPTH_LABEL,
+    MEMBER_LABEL,
+    MemberRef,
+)
 from taskiq_fanin.models import FailurePolicy, GroupStatus, SweepPolicy
 from taskiq_fanin.scripts import Created
 from taskiq_fanin.signature import Signature, TaskRef, as_signature
@@ -53,7 +61,7 @@ class GroupPlan:
     """A validated group, ready to write: every check has passed."""
 
     group_id: str
-    members: list[Signature]
+    members: list["Signature | Chain"]
     ledger: list[str]
     then: Signature | None
     on_error: Signature | None
@@ -61,20 +69,23 @@ class GroupPlan:
     sweep_policy: SweepPolicy
     ttl: float
     deadline: float
+    depth: int
+    cancellable: bool
 
 
-def _serialize(index: int, member: Signature) -> str:
+def _serialize(index: int, member: "Signature | Chain") -> str:
     try:
-        return member.to_ledger()
+        return member_to_ledger(member)
     except (PydanticSerializationError, TypeError, ValueError) as exc:
+        name = member.task_name if isinstance(member, Signature) else "chain"
         raise MemberNotSerializableError(
-            index=index, task_name=member.task_name, reason=str(exc)
+            index=index, task_name=name, reason=str(exc)
         ) from None
 
 
-def validate_plan(
+def validate_plan(  # noqa: C901 - one check after another, each raising
     fanin: "FanInMiddleware",
-    members: Iterable[Signature],
+    members: Iterable["Signature | Chain"],
     *,
     then: "TaskRef | Signature | None",
     on_error: "TaskRef | Signature | None",
@@ -83,6 +94,8 @@ def validate_plan(
     sweep_policy: "SweepPolicy | str | None",
     ttl: float | None,
     deadline: float | None,
+    depth: int = 1,
+    cancellable: bool = False,
 ) -> GroupPlan:
     """Check a group and serialize its ledger, raising before anything is written."""
     config = fanin.config
@@ -91,15 +104,21 @@ def validate_plan(
         raise EmptyGroupError
     if len(members) > config.max_group_size:
         raise GroupTooWideError(size=len(members), maximum=config.max_group_size)
-    for index, member in enumerate(members):
-        if not isinstance(member, Signature):
-            raise InvalidGroupError(
-                reason=f"member {index} is a {type(member).__name__}, not a Signature"
-            )
+    if depth > config.max_depth:
+        raise NestingTooDeepError(depth=depth, maximum=config.max_depth)
     continuations = [
         as_signature(c) if c is not None else None for c in (then, on_error)
     ]
-    for sig in [*members, *(c for c in continuations if c is not None)]:
+    for index, member in enumerate(members):
+        if isinstance(member, Chain):
+            validate_chain(fanin, member, depth=depth + 1)
+        elif not isinstance(member, Signature):
+            raise InvalidGroupError(
+                reason=f"member {index} is a {type(member).__name__}, "
+                "not a Signature or a chain"
+            )
+    signatures = [m for m in members if isinstance(m, Signature)]
+    for sig in [*signatures, *(c for c in continuations if c is not None)]:
         if fanin.broker.find_task(sig.task_name) is None:
             raise UnknownTaskError(task_name=sig.task_name)
     ttl = positive("ttl", ttl) if ttl is not None else config.ttl
@@ -127,6 +146,8 @@ def validate_plan(
         ),
         ttl=ttl,
         deadline=deadline,
+        depth=depth,
+        cancellable=cancellable,
     )
 
 
@@ -149,11 +170,20 @@ async def plan_group(fanin: "FanInMiddleware", plan: GroupPlan) -> GroupHandle:
         policy=plan.policy.value,
         sweep_policy=plan.sweep_policy.value,
         span_ms=int(plan.deadline * 1000),
+        depth=plan.depth,
+        cancellable=plan.cancellable,
         members=plan.ledger,
     )
     if created is Created.EXISTS:
         return GroupHandle(group_id=plan.group_id, created=False, _fanin=fanin)
-    await dispatch_members(fanin, plan.group_id, token, dict(enumerate(plan.members)))
+    await dispatch_members(
+        fanin,
+        plan.group_id,
+        token,
+        dict(enumerate(plan.members)),
+        depth=plan.depth,
+        cancellable=plan.cancellable,
+    )
     await fanin.scripts.mark_planned(keys, token=token)
     metrics.GROUPS_PLANNED.inc()
     return GroupHandle(group_id=plan.group_id, created=True, _fanin=fanin)
@@ -163,19 +193,38 @@ async def dispatch_members(
     fanin: "FanInMiddleware",
     group_id: str,
     token: str,
-    members: dict[int, Signature],
+    members: dict[int, "Signature | Chain"],
+    *,
+    depth: int,
+    cancellable: bool = False,
+    attempt: int = 0,
 ) -> None:
     """Kick members with their group label and deterministic task ids.
 
-    Kicking a member twice is harmless: its outcome is recorded once.
+    Kicking a member twice is harmless: its outcome is recorded once. A member
+    that is a chain starts under the id ``<group>.<index>`` (``.r<attempt>`` added
+    when the sweep re-drives it: a re-driven chain starts over).
     """
     limit = asyncio.Semaphore(fanin.config.dispatch_concurrency)
+    labels = {DEPTH_LABEL: str(depth)}
+    if cancellable:
+        labels[CANCELLABLE_LABEL] = "1"
 
-    async def kick(index: int, member: Signature) -> Any:
+    async def kick(index: int, member: "Signature | Chain") -> None:
         ref = MemberRef(group_id=group_id, index=index, token=token)
         async with limit:
-            return await (
-                member.with_labels(**ref.label())
+            if isinstance(member, Chain):
+                chain_id = ref.task_id + (f".r{attempt}" if attempt else "")
+                await start_chain(
+                    fanin,
+                    member,
+                    chain_id=chain_id,
+                    member=ref.label()[MEMBER_LABEL],
+                    depth=depth + 1,
+                )
+                return
+            await (
+                member.with_labels(**ref.label(), **labels)
                 .kicker(fanin.broker)
                 .with_task_id(ref.task_id)
                 .kiq(*member.args, **member.kwargs)

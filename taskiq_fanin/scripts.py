@@ -31,6 +31,7 @@ SCRIPT_FILES = {
     "redrive_group": "redriveGroup-7.lua",
     "give_up": "giveUp-7.lua",
     "release_lock": "releaseLock-1.lua",
+    "cancel_group": "cancelGroup-7.lua",
 }
 
 
@@ -139,6 +140,8 @@ class Scripts:
         policy: str,
         sweep_policy: str,
         span_ms: int,
+        depth: int,
+        cancellable: bool,
         members: list[str],
     ) -> tuple[Created, str]:
         """Write meta and ledger; returns the code and the group's token."""
@@ -154,6 +157,8 @@ class Scripts:
                 policy,
                 sweep_policy,
                 span_ms,
+                depth,
+                int(cancellable),
                 len(members),
                 *members,
             ],
@@ -274,3 +279,7 @@ class Scripts:
     async def release_lock(self, lock_key: str, holder: str) -> bool:
         """Delete ``lock_key`` if ``holder`` still holds it."""
         return bool(await self._scripts["release_lock"](keys=[lock_key], args=[holder]))
+
+    async def cancel_group(self, keys: GroupKeys, *, now_ms: int) -> bool:
+        """Cancel an open group; False if it is missing or not open."""
+        return bool(await self._scripts["cancel_group"](keys=keys.all, args=[now_ms]))

@@ -24,6 +24,10 @@ class Signature(BaseModel):
     args: tuple[Any, ...] = Field(default=(), alias="a")
     kwargs: dict[str, Any] = Field(default_factory=dict, alias="k")
     labels: dict[str, Any] = Field(default_factory=dict, alias="l")
+    #: In a chain: whether this step receives the previous step's result first.
+    pass_result: bool = Field(default=True, alias="p")
+    #: In a chain: what undoes this step if a later step fails for good.
+    compensation: "Signature | None" = Field(default=None, alias="c")
 
     @classmethod
     def of(cls, task: TaskRef, /, *args: Any, **kwargs: Any) -> "Signature":
@@ -35,6 +39,18 @@ class Signature(BaseModel):
     def with_labels(self, **labels: Any) -> "Signature":
         """A copy with extra taskiq labels (``retry_on_error``, ``timeout``, ...)."""
         return self.model_copy(update={"labels": {**self.labels, **labels}})
+
+    def immutable(self) -> "Signature":
+        """A copy that, as a chain step, does not receive the previous result."""
+        return self.model_copy(update={"pass_result": False})
+
+    def with_compensation(self, compensation: "Signature") -> "Signature":
+        """A copy that, as a chain step, is undone by ``compensation`` (a saga).
+
+        If a later step fails for good, or the chain is cancelled, the compensations
+        of the steps already completed run once each, in reverse order.
+        """
+        return self.model_copy(update={"compensation": compensation})
 
     def prepend(self, *args: Any) -> "Signature":
         """A copy whose call receives ``args`` before its own arguments."""

@@ -17,13 +17,13 @@ from taskiq import AsyncBroker
 from taskiq.decor import AsyncTaskiqDecoratedTask
 
 from taskiq_fanin import completion, metrics
+from taskiq_fanin.chains import member_from_ledger
 from taskiq_fanin.inspection import text
-from taskiq_fanin.keys import GroupKeys, index_key
+from taskiq_fanin.keys import GroupKeys, index_key, sweep_lock_key
 from taskiq_fanin.middleware import FanInMiddleware, find_fanin
 from taskiq_fanin.models import GroupState, SweepPolicy
 from taskiq_fanin.planning import dispatch_members
 from taskiq_fanin.scripts import Inspected
-from taskiq_fanin.signature import Signature
 
 logger = logging.getLogger("taskiq_fanin.sweep")
 
@@ -104,37 +104,46 @@ async def sweep(
 
     ``policy`` overrides each group's own sweep policy for stuck groups; a crashed
     finaliser is always recovered (its continuation dispatched again with the same
-    task id) unless ``dry_run``, which writes nothing at all.
+    task id) unless ``dry_run``, which writes nothing at all (not even the lock:
+    it can run beside an acting sweep, and on a read-only replica).
     """
     override = SweepPolicy(policy) if policy is not None else None
-    lock_key = f"{fanin.config.prefix}:sweep:lock"
+    if dry_run:
+        return await _examine(fanin, override=override, dry_run=True, batch=batch)
+    lock_key = sweep_lock_key(fanin.config.prefix)
     holder = uuid.uuid4().hex
     lock_ms = int(max(fanin.config.lease, MIN_LOCK_SECONDS) * 1000)
     if not await fanin.redis.set(lock_key, holder, nx=True, px=lock_ms):
         logger.info("Another sweep holds %s; skipping", lock_key)
         return SweepReport(dry_run=dry_run, skipped=True)
     try:
-        now = completion.now_ms()
-        due = await fanin.redis.zrangebyscore(
-            index_key(fanin.config.prefix), "-inf", now, start=0, num=batch
-        )
-        report = SweepReport(dry_run=dry_run, examined=len(due))
-        for raw in due:
-            group_id = text(raw)
-            finding = await _judge(
-                fanin,
-                group_id,
-                now=now,
-                override=override,
-                dry_run=dry_run,
-            )
-            if finding is not None:
-                report.findings.append(finding)
-                _log(finding)
-        metrics.record_sweep(report.findings)
-        return report
+        return await _examine(fanin, override=override, dry_run=False, batch=batch)
     finally:
         await fanin.scripts.release_lock(lock_key, holder)
+
+
+async def _examine(
+    fanin: FanInMiddleware,
+    *,
+    override: SweepPolicy | None,
+    dry_run: bool,
+    batch: int,
+) -> SweepReport:
+    """Judge (and unless ``dry_run``, act on) up to ``batch`` due groups."""
+    now = completion.now_ms()
+    due = await fanin.redis.zrangebyscore(
+        index_key(fanin.config.prefix), "-inf", now, start=0, num=batch
+    )
+    report = SweepReport(dry_run=dry_run, examined=len(due))
+    for raw in due:
+        finding = await _judge(
+            fanin, text(raw), now=now, override=override, dry_run=dry_run
+        )
+        if finding is not None:
+            report.findings.append(finding)
+            _log(finding)
+    metrics.record_sweep(report.findings)
+    return report
 
 
 async def _judge(
@@ -233,8 +242,16 @@ async def _act(
         )
         finding.redrives = redriven.redrives
         if redriven.redriven:
-            members = {i: Signature.from_ledger(e) for i, e in redriven.members.items()}
-            await dispatch_members(fanin, finding.group_id, token, members)
+            members = {i: member_from_ledger(e) for i, e in redriven.members.items()}
+            await dispatch_members(
+                fanin,
+                finding.group_id,
+                token,
+                members,
+                depth=int(meta.get("depth", 1)),
+                cancellable=meta.get("cancellable") == "1",
+                attempt=redriven.redrives,
+            )
             metrics.MEMBERS_REDRIVEN.inc(len(members))
             finding.applied = True
             look_again = max(look_again, now + int(meta["span"]))  # its new deadline

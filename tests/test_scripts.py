@@ -47,6 +47,8 @@ async def create(
         policy="continue",
         sweep_policy="report",
         span_ms=60_000,
+        depth=1,
+        cancellable=False,
         members=[f'{{"t":"m","a":[{i}]}}' for i in range(total)],
     )
 

@@ -64,7 +64,7 @@ async def test_a_member_never_dispatched_is_reported_then_redriven_once(
     async with worker(broker, max_async_tasks=5):
         members = [Signature.of(member, i) for i in range(4)]
         await group(members, then=then, group_id="lost", deadline=SHORT).kiq(broker)
-        await eventually(lambda: len(runs) == 3, what="three members")
+        await eventually(lambda: _done(fanin, "lost", 3), what="three members")
         await eventually(lambda: overdue(fanin, "lost"), what="the deadline")
 
         dry = await sweep(fanin, dry_run=True)
@@ -211,7 +211,7 @@ async def test_give_up_runs_the_continuation_once_with_the_lost_members(
             deadline=SHORT,
             sweep_policy="give_up",
         ).kiq(broker)
-        await eventually(lambda: len(runs) == 2, what="two members")
+        await eventually(lambda: _done(fanin, "partial", 2), what="two members")
         await eventually(lambda: overdue(fanin, "partial"), what="the deadline")
         report = await sweep(fanin)
         await eventually(lambda: len(results) == 1, what="the continuation")
@@ -353,9 +353,7 @@ async def test_a_member_lost_with_a_killed_worker_is_redriven_on_a_list_broker(
                 lambda: _llen_is(redis, app.STARTED, 3),
                 what="all three members to start",
             )
-            await eventually(
-                lambda: _status_counts(fanin, "killed", done=2), what="two members done"
-            )
+            await eventually(lambda: _done(fanin, "killed", 2), what="two members done")
             # SIGKILL, mid-member, to the worker and its children: ListQueueBroker
             # has already handed the message over and never redelivers it.
             os.killpg(doomed.pid, signal.SIGKILL)
@@ -383,10 +381,6 @@ async def test_a_member_lost_with_a_killed_worker_is_redriven_on_a_list_broker(
 
 async def _llen_is(redis: Redis, key: str, length: int) -> bool:
     return await redis.llen(key) == length
-
-
-async def _status_counts(fanin: FanInMiddleware, group_id: str, *, done: int) -> bool:
-    return (await fanin.status(group_id)).done == done
 
 
 async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
@@ -434,3 +428,8 @@ async def _state_is(fanin: FanInMiddleware, group_id: str, state: str) -> bool:
 async def _continuation_overdue(fanin: FanInMiddleware) -> bool:
     report = await sweep(fanin, dry_run=True)
     return any(f.kind is FindingKind.CONTINUATION_OVERDUE for f in report.findings)
+
+
+async def _done(fanin: FanInMiddleware, group_id: str, count: int) -> bool:
+    """True once ``count`` members have their outcome recorded (not just started)."""
+    return (await fanin.status(group_id)).done == count

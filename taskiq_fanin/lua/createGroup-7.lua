@@ -14,8 +14,10 @@
   ARGV[7] failure policy    'continue' | 'fail'
   ARGV[8] sweep policy      'report' | 'redrive' | 'give_up'
   ARGV[9] span              ms from planning (or a re-drive) to the deadline
-  ARGV[10] total            number of members
-  ARGV[11 .. 10 + total]    member 0 .. total - 1, serialized
+  ARGV[10] depth            nesting level of the group in groups and chains
+  ARGV[11] cancellable      '1' when members check for cancellation first, else '0'
+  ARGV[12] total            number of members
+  ARGV[13 .. 12 + total]    member 0 .. total - 1, serialized
 
   Returns {1, token} when created, {2, token of the existing group} when it exists.
 ]]
@@ -24,11 +26,12 @@ if existing then
   return {2, existing}
 end
 
-local total = tonumber(ARGV[10])
+local total = tonumber(ARGV[12])
 redis.call('HSET', KEYS[1],
   'token', ARGV[1], 'state', 'open', 'created', ARGV[2], 'deadline', ARGV[3],
   'expires', ARGV[4], 'then', ARGV[5], 'on_error', ARGV[6], 'policy', ARGV[7],
-  'sweep', ARGV[8], 'span', ARGV[9], 'total', total,
+  'sweep', ARGV[8], 'span', ARGV[9], 'depth', ARGV[10], 'cancellable', ARGV[11],
+  'total', total,
   'done_count', 0, 'failed_count', 0, 'planned', 0, 'redrives', 0)
 
 -- HSET in slices: unpack() of a very wide group would overflow Lua's C stack.
@@ -38,7 +41,7 @@ for first = 0, total - 1, slice do
   local fields = {}
   for index = first, last do
     fields[#fields + 1] = index
-    fields[#fields + 1] = ARGV[11 + index]
+    fields[#fields + 1] = ARGV[13 + index]
   end
   redis.call('HSET', KEYS[2], unpack(fields))
 end

@@ -1,0 +1,405 @@
+"""Chains: continuation-style sequences in which no step waits on another.
+
+A step that succeeds on its last attempt enqueues the next one with its result;
+the plan of the remaining steps travels with each message (the ``fanin_chain``
+label, JSON), so no coordinator is needed. A workflow record in Redis makes
+"enqueue next" happen once per step, says where the chain is, and keeps the
+compensations to run if a later step fails for good or the chain is cancelled.
+A step may be a group: its continuation carries the chain on with the
+``GroupResult``. A chain may be a group member: it counts as finished when its
+last step finishes, or fails for good.
+"""
+
+import json
+import logging
+import secrets
+import uuid
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from taskiq import AsyncBroker, TaskiqResult
+
+from taskiq_fanin import completion
+from taskiq_fanin.chain_record import Advanced, ChainStatus
+from taskiq_fanin.errors import (
+    GroupStepFailedError,
+    InvalidGroupError,
+    NestingTooDeepError,
+    UnknownTaskError,
+)
+from taskiq_fanin.keys import ChainKeys, validate_group_id
+from taskiq_fanin.labels import MemberRef
+from taskiq_fanin.models import FailurePolicy, GroupResult, MemberError
+from taskiq_fanin.signature import Signature
+
+if TYPE_CHECKING:
+    from taskiq_fanin.middleware import FanInMiddleware
+
+logger = logging.getLogger("taskiq_fanin.chains")
+
+#: On a chain step: the ``ChainCursor`` as JSON.
+CHAIN_LABEL = "fanin_chain"
+#: The library's own task that carries a chain on past a group step.
+CONTINUE_TASK_NAME = "taskiq_fanin.continue_chain"
+#: The library's own task that fails a chain whose group step failed (policy fail).
+FAIL_TASK_NAME = "taskiq_fanin.fail_chain"
+
+
+def _kind(value: Any) -> str:
+    keys = value.keys() if isinstance(value, dict) else type(value).model_fields
+    if "steps" in keys:
+        return "chain"
+    if "members" in keys:
+        return "group"
+    return "task"
+
+
+class GroupStep(BaseModel):
+    """A group as a chain step (serializable: it travels in the chain's label)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    members: tuple["Member", ...]
+    failure_policy: FailurePolicy | None = None
+    ttl: float | None = None
+    deadline: float | None = None
+
+
+class Chain(BaseModel):
+    """Steps run one after another, each enqueued by the one before it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    steps: tuple["Step", ...]
+    on_error: Signature | None = None
+    chain_id: str | None = None
+
+    async def kiq(self, broker: AsyncBroker) -> "ChainHandle":
+        """Start the chain on ``broker``: its record, then its first step."""
+        from taskiq_fanin.middleware import find_fanin  # noqa: PLC0415 - cycle
+
+        fanin = find_fanin(broker)
+        chain_id = start_chain_id(self.chain_id)
+        await start(fanin, self, chain_id=chain_id, member=None, depth=1)
+        return ChainHandle(chain_id=chain_id, _fanin=fanin)
+
+
+Step = Annotated[
+    Annotated[Signature, Tag("task")] | Annotated[GroupStep, Tag("group")],
+    Discriminator(_kind),
+]
+Member = Annotated[
+    Annotated[Signature, Tag("task")] | Annotated[Chain, Tag("chain")],
+    Discriminator(_kind),
+]
+GroupStep.model_rebuild()
+
+
+class ChainHandle(BaseModel):
+    """What starting a chain hands back: its id, and a way to ask about it."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    chain_id: str
+    fanin: Any = Field(alias="_fanin", exclude=True, repr=False)
+
+    async def status(self) -> ChainStatus:
+        """The chain's workflow record now."""
+        return await self.fanin.chain_status(self.chain_id)  # type: ignore[no-any-return]
+
+
+class ChainCursor(BaseModel):
+    """Where a message stands in its chain; travels as the ``fanin_chain`` label."""
+
+    id: str
+    token: str
+    index: int
+    rest: tuple[Step, ...] = ()
+    on_error: Signature | None = None
+    #: When the chain is a group member: the member label to record at its end.
+    member: str | None = None
+    depth: int = 1
+    #: What undoes this step, remembered in the record once the step succeeds.
+    undo: Signature | None = None
+
+    def label(self) -> dict[str, str]:
+        """The label that carries this cursor."""
+        return {CHAIN_LABEL: self.model_dump_json(exclude_defaults=True)}
+
+    @classmethod
+    def from_labels(cls, labels: dict[str, Any]) -> "ChainCursor | None":
+        """Parse the chain label, or ``None`` if absent or malformed."""
+        raw = labels.get(CHAIN_LABEL)
+        if not raw:
+            return None
+        try:
+            return cls.model_validate_json(str(raw))
+        except ValueError:
+            logger.warning("Malformed %s label ignored", CHAIN_LABEL)
+            return None
+
+
+class ChainFailure(BaseModel):
+    """What a chain's error continuation receives."""
+
+    chain_id: str
+    step: int
+    step_name: str
+    error: MemberError
+
+
+def start_chain_id(chain_id: str | None) -> str:
+    """A caller's chain id, checked, or a fresh one."""
+    return validate_group_id(chain_id) if chain_id is not None else uuid.uuid4().hex
+
+
+def step_name(step: "Signature | GroupStep") -> str:
+    """How a step shows in the workflow record."""
+    if isinstance(step, Signature):
+        return step.task_name
+    return f"group of {len(step.members)}"
+
+
+async def start(
+    fanin: "FanInMiddleware",
+    spec: Chain,
+    *,
+    chain_id: str,
+    member: str | None,
+    depth: int,
+) -> bool:
+    """Write the chain's record and kick its first step; False if it existed."""
+    validate_chain(fanin, spec, depth=depth)
+    first = spec.steps[0]
+    cursor = ChainCursor(
+        id=chain_id,
+        token=secrets.token_hex(8),
+        index=0,
+        rest=spec.steps[1:],
+        on_error=spec.on_error,
+        member=member,
+        depth=depth,
+        undo=first.compensation if isinstance(first, Signature) else None,
+    )
+    created = await fanin.chain_record.start(
+        ChainKeys(fanin.config.prefix, chain_id),
+        token=cursor.token,
+        now_ms=completion.now_ms(),
+        names=json.dumps([step_name(step) for step in spec.steps]),
+        steps=len(spec.steps),
+        ttl_ms=int(fanin.config.ttl * 1000),
+    )
+    if created:
+        await kick_step(fanin, cursor, first, previous=_NOTHING)
+    return created
+
+
+_NOTHING: Any = object()
+
+
+async def kick_step(
+    fanin: "FanInMiddleware",
+    cursor: ChainCursor,
+    step: "Signature | GroupStep",
+    *,
+    previous: Any,
+) -> None:
+    """Enqueue one step: a task with the previous result, or a group."""
+    task_id = f"{cursor.id}.{cursor.index}"
+    if isinstance(step, Signature):
+        args = step.args
+        if previous is not _NOTHING and step.pass_result:
+            args = (previous, *args)
+        await (
+            step.with_labels(**cursor.label())
+            .kicker(fanin.broker)
+            .with_task_id(task_id)
+            .kiq(*args, **step.kwargs)
+        )
+        return
+    carry_on = Signature(task_name=CONTINUE_TASK_NAME).with_labels(**cursor.label())
+    fail = Signature(task_name=FAIL_TASK_NAME).with_labels(**cursor.label())
+    await fanin.group(
+        step.members,
+        then=carry_on,
+        on_error=fail,
+        group_id=task_id,
+        failure_policy=step.failure_policy,
+        ttl=step.ttl,
+        deadline=step.deadline,
+        depth=cursor.depth + 1,
+    )
+
+
+def validate_chain(fanin: "FanInMiddleware", spec: Chain, *, depth: int) -> None:
+    """Check a chain before anything is written: steps, tasks, nesting depth."""
+    if depth > fanin.config.max_depth:
+        raise NestingTooDeepError(depth=depth, maximum=fanin.config.max_depth)
+    if not spec.steps:
+        raise InvalidGroupError(reason="a chain needs at least one step")
+    for step in spec.steps:
+        if isinstance(step, Signature):
+            _known(fanin, step)
+            continue
+        if depth + 1 > fanin.config.max_depth:
+            raise NestingTooDeepError(depth=depth + 1, maximum=fanin.config.max_depth)
+        for member in step.members:
+            if isinstance(member, Chain):
+                validate_chain(fanin, member, depth=depth + 2)
+            else:
+                _known(fanin, member)
+    if spec.on_error is not None:
+        _known(fanin, spec.on_error)
+
+
+def _known(fanin: "FanInMiddleware", sig: Signature) -> None:
+    for needed in (sig, sig.compensation):
+        if needed is not None and fanin.broker.find_task(needed.task_name) is None:
+            raise UnknownTaskError(task_name=needed.task_name)
+
+
+async def step_may_run(fanin: "FanInMiddleware", cursor: ChainCursor) -> bool:
+    """The guard before a step runs: not cancelled, not already past it."""
+    keys = ChainKeys(fanin.config.prefix, cursor.id)
+    return await fanin.chain_record.guard(keys, cursor.index)
+
+
+async def step_finished(
+    fanin: "FanInMiddleware", cursor: ChainCursor, result: TaskiqResult[Any]
+) -> None:
+    """A step's last attempt ended: carry the chain on, finish it, or fail it."""
+    keys = ChainKeys(fanin.config.prefix, cursor.id)
+    record = fanin.chain_record
+    if result.is_err:
+        summary = completion.error_payload(result.error, fanin.config.max_result_bytes)
+        compensations = await record.fail(
+            keys,
+            token=cursor.token,
+            step=cursor.index,
+            now_ms=completion.now_ms(),
+            error=summary,
+        )
+        if compensations is not None:
+            await _after_failure(fanin, cursor, summary, compensations)
+            await _end_member(fanin, cursor, result)
+        return
+    if not cursor.rest:
+        finished = await record.finish(
+            keys, token=cursor.token, step=cursor.index, now_ms=completion.now_ms()
+        )
+        if finished:
+            await _end_member(fanin, cursor, result)
+        return
+    advanced = await record.advance(
+        keys,
+        token=cursor.token,
+        step=cursor.index,
+        now_ms=completion.now_ms(),
+        compensation=cursor.undo.to_ledger() if cursor.undo else "",
+        ttl_ms=int(fanin.config.ttl * 1000),
+    )
+    if advanced is not Advanced.ADVANCED:
+        return
+    following = cursor.rest[0]
+    after = cursor.model_copy(
+        update={
+            "index": cursor.index + 1,
+            "rest": cursor.rest[1:],
+            "undo": following.compensation
+            if isinstance(following, Signature)
+            else None,
+        }
+    )
+    await kick_step(fanin, after, following, previous=result.return_value)
+
+
+async def cancel(fanin: "FanInMiddleware", chain_id: str) -> bool:
+    """Cancel a running chain: its completed steps' compensations run.
+
+    False if the chain is not running (over, or unknown).
+    """
+    keys = ChainKeys(fanin.config.prefix, validate_group_id(chain_id))
+    compensations = await fanin.chain_record.cancel(keys, now_ms=completion.now_ms())
+    if compensations is None:
+        return False
+    await _compensate(fanin, chain_id, compensations)
+    return True
+
+
+async def _after_failure(
+    fanin: "FanInMiddleware",
+    cursor: ChainCursor,
+    summary: str,
+    compensations: list[str],
+) -> None:
+    if cursor.on_error is not None:
+        names = await fanin.chain_record.status(
+            ChainKeys(fanin.config.prefix, cursor.id)
+        )
+        failure = ChainFailure(
+            chain_id=cursor.id,
+            step=cursor.index,
+            step_name=names.step_names[cursor.index] if names.step_names else "",
+            error=MemberError.model_validate_json(summary),
+        )
+        await (
+            cursor.on_error.kicker(fanin.broker)
+            .with_task_id(f"{cursor.id}.on_error")
+            .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
+        )
+    await _compensate(fanin, cursor.id, compensations)
+
+
+async def _compensate(
+    fanin: "FanInMiddleware", chain_id: str, compensations: list[str]
+) -> None:
+    """Run the compensations, last completed step first, as a chain of their own."""
+    if not compensations:
+        return
+    steps = [Signature.from_ledger(raw).immutable() for raw in reversed(compensations)]
+    await start(
+        fanin,
+        Chain(steps=tuple(steps)),
+        chain_id=f"{chain_id}.undo",
+        member=None,
+        depth=1,
+    )
+
+
+async def _end_member(
+    fanin: "FanInMiddleware", cursor: ChainCursor, result: TaskiqResult[Any]
+) -> None:
+    """A chain that is a group member has ended: record the member's outcome."""
+    if cursor.member is None:
+        return
+    ref = MemberRef.from_labels({"fanin_member": cursor.member})
+    if ref is not None:
+        await completion.record_member(fanin, ref, result)
+
+
+async def continue_chain(result: GroupResult) -> GroupResult:
+    """The continuation of a group step: hands the GroupResult to the next step."""
+    return result
+
+
+async def fail_chain(result: GroupResult) -> None:
+    """The error continuation of a group step (policy fail): fails the chain."""
+    raise GroupStepFailedError(
+        group_id=result.group_id, failed=result.failed_count, lost=len(result.lost)
+    )
+
+
+def member_to_ledger(member: "Signature | Chain") -> str:
+    """A member as the ledger keeps it: compact JSON."""
+    if isinstance(member, Signature):
+        return member.to_ledger()
+    return member.model_dump_json(by_alias=True, exclude_defaults=True)
+
+
+_MEMBER_ADAPTER: TypeAdapter[Any] = TypeAdapter(Member)
+
+
+def member_from_ledger(raw: str | bytes) -> "Signature | Chain":
+    """Inverse of :func:`member_to_ledger`."""
+    member: Signature | Chain = _MEMBER_ADAPTER.validate_json(raw)
+    return member

@@ -1,0 +1,21 @@
+--[[
+  Cancel a running chain: steps not yet started will not run, and the
+  compensations of the steps already completed are handed back to run.
+
+  KEYS[1] record
+  KEYS[2] comps
+
+  ARGV[1] now     epoch ms
+
+  Returns {1, compensation, ...} (in step order) when cancelled now, {0} when the chain
+  is missing or already over.
+]]
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'running' then
+  return {0}
+end
+redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', ARGV[1])
+local reply = redis.call('LRANGE', KEYS[2], 0, -1)
+table.insert(reply, 1, 1)
+redis.call('DEL', KEYS[2])
+return reply

@@ -1,0 +1,378 @@
+"""Chains on a real redis-server and a real Receiver: no step holds a slot, each
+next step is enqueued once, groups inside chains and chains inside groups, the
+saga's compensations, cancellation and the nesting bound.
+"""
+
+import asyncio
+from collections import Counter
+
+import pytest
+from taskiq import SimpleRetryMiddleware
+
+from taskiq_fanin import (
+    ChainFailure,
+    ChainState,
+    GroupResult,
+    NestingTooDeepError,
+    Signature,
+    cancel,
+    chain,
+    group,
+)
+from tests.harness import (
+    DuplicatingMiddleware,
+    SentMessages,
+    eventually,
+    stream_broker,
+    worker,
+)
+
+
+async def test_a_chain_of_twenty_steps_completes_with_one_slot(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, _ = stream_broker(redis_url, key_prefix)
+    seen: list[int] = []
+
+    @broker.task
+    async def add_one(value: int) -> int:
+        seen.append(value)
+        return value + 1
+
+    async with worker(broker, max_async_tasks=1):
+        steps = [Signature.of(add_one, 0), *[Signature.of(add_one)] * 19]
+        handle = await chain(*steps).kiq(broker)
+        await eventually(
+            lambda: _chain_state(handle, ChainState.DONE), what="the chain to end"
+        )
+        status = await handle.status()
+
+    assert seen == list(range(20))
+    assert (status.step, status.steps) == (20, 20)
+
+
+async def test_a_group_in_the_middle_of_a_chain_completes_with_one_slot(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, _ = stream_broker(redis_url, key_prefix)
+    finished: list[tuple[int, list[int]]] = []
+
+    @broker.task
+    async def probe(video: str) -> int:
+        return len(video)
+
+    @broker.task
+    async def transcode(size: int, rendition: int) -> int:
+        await asyncio.sleep(0.01)
+        return size * rendition
+
+    @broker.task
+    async def notify(result: GroupResult, tag: str) -> None:
+        finished.append((len(tag), result.results))
+
+    async with worker(broker, max_async_tasks=1):
+        handle = await chain(
+            Signature.of(probe, "video"),
+            group([Signature.of(transcode, 0, r) for r in range(5)]),
+            Signature.of(notify, "done"),
+        ).kiq(broker)
+        await eventually(lambda: len(finished) == 1, what="notify")
+        await eventually(lambda: _chain_state(handle, ChainState.DONE), what="done")
+
+    assert finished == [(4, [0, 0, 0, 0, 0])]
+
+
+async def test_the_group_step_passes_the_previous_result_to_its_members(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, _ = stream_broker(redis_url, key_prefix)
+    results: list[list[int]] = []
+
+    @broker.task
+    async def first() -> int:
+        return 3
+
+    @broker.task
+    async def times(factor: int) -> int:
+        return factor * 10
+
+    @broker.task
+    async def collect(result: GroupResult) -> None:
+        results.append(result.results)
+
+    async with worker(broker, max_async_tasks=2):
+        await chain(
+            Signature.of(first),
+            group([Signature.of(times, i) for i in range(3)]),
+            Signature.of(collect),
+        ).kiq(broker)
+        await eventually(lambda: len(results) == 1, what="collect")
+
+    # A group's members are planned as given: they do not receive the result.
+    assert results == [[0, 10, 20]]
+
+
+async def test_a_step_delivered_twice_enqueues_its_next_step_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    twice = DuplicatingMiddleware(lambda m: m.task_id.endswith(".1"))
+    sent = SentMessages()
+    broker, _ = stream_broker(redis_url, key_prefix, twice, sent)
+    runs: Counter[str] = Counter()
+
+    @broker.task
+    async def step(name: str, previous: object = None) -> str:
+        runs[name] += 1
+        return name
+
+    async with worker(broker, max_async_tasks=4):
+        handle = await chain(
+            Signature.of(step, "a"),
+            Signature.of(step, "b").immutable(),
+            Signature.of(step, "c").immutable(),
+            Signature.of(step, "d").immutable(),
+        ).kiq(broker)
+        await eventually(lambda: _chain_state(handle, ChainState.DONE), what="done")
+        await eventually(
+            lambda: sent.executions_of(step.task_name) == 5, what="the duplicate"
+        )
+
+    assert len(twice.duplicated) == 1
+    assert runs["c"] == 1
+    assert runs["d"] == 1
+
+
+async def test_a_step_retried_after_a_failure_enqueues_its_next_step_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, _ = stream_broker(
+        redis_url, key_prefix, SimpleRetryMiddleware(default_retry_count=3)
+    )
+    attempts: Counter[str] = Counter()
+    ends: list[str] = []
+
+    @broker.task(retry_on_error=True)
+    async def flaky(value: str) -> str:
+        attempts[value] += 1
+        if attempts[value] == 1:
+            raise ConnectionError("transient")
+        return value + "!"
+
+    @broker.task
+    async def last(value: str) -> None:
+        ends.append(value)
+
+    async with worker(broker, max_async_tasks=2):
+        handle = await chain(Signature.of(flaky, "x"), Signature.of(last)).kiq(broker)
+        await eventually(lambda: _chain_state(handle, ChainState.DONE), what="done")
+
+    assert attempts["x"] == 2
+    assert ends == ["x!"]
+
+
+async def test_a_group_of_three_step_chains_continues_once_after_every_chain(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+    continued: list[tuple[GroupResult, set[ChainState]]] = []
+
+    @broker.task
+    async def start(n: int) -> int:
+        return n
+
+    @broker.task
+    async def double(n: int) -> int:
+        await asyncio.sleep(0.01 * (n % 3))
+        return n * 2
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        chains_now = [
+            await fanin.chain_status(f"{result.group_id}.{i}") for i in range(6)
+        ]
+        continued.append((result, {c.state for c in chains_now}))
+
+    async with worker(broker, max_async_tasks=4):
+        members = [
+            chain(Signature.of(start, i), Signature.of(double), Signature.of(double))
+            for i in range(6)
+        ]
+        await group(members, then=then).kiq(broker)
+        await eventually(lambda: len(continued) == 1, what="the continuation")
+        await eventually(
+            lambda: sent.executions_of(then.task_name) == 1, what="its completion"
+        )
+
+    ((result, chain_states),) = continued
+    assert result.results == [i * 4 for i in range(6)]
+    assert result.failed == {}
+    assert chain_states == {ChainState.DONE}
+
+
+async def test_a_terminal_failure_at_step_three_compensates_steps_two_and_one(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+    journal: list[str] = []
+    failures: list[ChainFailure] = []
+
+    @broker.task
+    async def do(name: str) -> str:
+        journal.append(f"do {name}")
+        if name == "3":
+            raise RuntimeError("transcoder crashed")
+        return name
+
+    @broker.task
+    async def undo(name: str) -> None:
+        journal.append(f"undo {name}")
+
+    @broker.task
+    async def on_error(failure: ChainFailure) -> None:
+        failures.append(failure)
+
+    async with worker(broker, max_async_tasks=4):
+        steps = [
+            Signature.of(do, name)
+            .immutable()
+            .with_compensation(Signature.of(undo, name))
+            for name in ("1", "2", "3", "4")
+        ]
+        handle = await chain(*steps, on_error=on_error).kiq(broker)
+        await eventually(lambda: journal[-2:] == ["undo 2", "undo 1"], what="undo")
+        await eventually(lambda: len(failures) == 1, what="the error continuation")
+        await eventually(
+            lambda: _chain_state_of(fanin, f"{handle.chain_id}.undo", ChainState.DONE),
+            what="the compensations to end",
+        )
+        status = await handle.status()
+
+    assert journal == ["do 1", "do 2", "do 3", "undo 2", "undo 1"]
+    assert (failures[0].step, failures[0].step_name) == (2, do.task_name)
+    assert failures[0].error.message == "transcoder crashed"
+    assert (status.state, status.failed_step) == (ChainState.FAILED, 2)
+    assert "transcoder crashed" in (status.error or "")
+
+
+async def test_cancelling_mid_chain_stops_later_steps(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+    journal: list[str] = []
+    release = asyncio.Event()
+
+    @broker.task
+    async def step(name: str) -> str:
+        journal.append(name)
+        if name == "2":
+            await release.wait()
+        return name
+
+    @broker.task
+    async def undo(name: str) -> None:
+        journal.append(f"undo {name}")
+
+    async with worker(broker, max_async_tasks=2):
+        handle = await chain(
+            *[
+                Signature.of(step, n)
+                .immutable()
+                .with_compensation(Signature.of(undo, n))
+                for n in ("1", "2", "3")
+            ]
+        ).kiq(broker)
+        await eventually(lambda: "2" in journal, what="step 2 to start")
+        assert await cancel(broker, handle.chain_id)
+        assert not await cancel(broker, handle.chain_id)  # once
+        release.set()
+        await eventually(
+            lambda: sent.executions_of(step.task_name) == 2, what="step 2 to end"
+        )
+        await eventually(
+            lambda: _chain_state_of(fanin, f"{handle.chain_id}.undo", ChainState.DONE),
+            what="the compensations to end",
+        )
+        status = await handle.status()
+
+    # Step 2 was running when the chain was cancelled: it finishes, but nothing
+    # after it is enqueued, and step 1 (completed) is undone.
+    assert [
+        m.task_id for m in sent.sent if m.task_id.startswith(handle.chain_id + ".")
+    ][:2] == [f"{handle.chain_id}.0", f"{handle.chain_id}.1"]
+    assert f"{handle.chain_id}.2" not in {m.task_id for m in sent.sent}
+    assert journal == ["1", "2", "undo 1"]
+    assert status.state is ChainState.CANCELLED
+
+
+async def test_steps_and_members_not_yet_started_see_the_cancel_flag(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, _fanin = stream_broker(redis_url, key_prefix, sent)
+    ran: list[str] = []
+    release = asyncio.Event()
+
+    @broker.task
+    async def blocker() -> None:
+        await release.wait()
+
+    @broker.task
+    async def work(name: str) -> None:
+        ran.append(name)
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        ran.append("then")
+
+    async with worker(broker, max_async_tasks=1):
+        await blocker.kiq()  # holds the only slot: what follows waits in the queue
+        queued_chain = await chain(Signature.of(work, "step")).kiq(broker)
+        queued_group = await group(
+            [Signature.of(work, "member")], then=then, cancellable=True
+        ).kiq(broker)
+        assert await cancel(broker, queued_chain.chain_id)
+        assert await cancel(broker, queued_group.group_id)
+        release.set()
+        await eventually(
+            lambda: sent.executions_of(work.task_name) == 2, what="both to be handled"
+        )
+        group_status = await queued_group.status()
+        chain_status = await queued_chain.status()
+
+    assert ran == []
+    assert group_status.state.value == "cancelled"
+    assert chain_status.state is ChainState.CANCELLED
+
+
+async def test_nesting_past_the_bound_fails_with_a_typed_error_and_spawns_nothing(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent, max_depth=2)
+
+    @broker.task
+    async def leaf(n: int) -> int:
+        return n
+
+    await broker.startup()
+    try:
+        nested = chain(Signature.of(leaf, 1), group([chain(Signature.of(leaf, 2))]))
+        with pytest.raises(NestingTooDeepError):
+            await nested.kiq(broker)
+        keys = await fanin.redis.keys(f"{key_prefix}*")
+    finally:
+        await broker.shutdown()
+
+    assert sent.sent == []
+    assert [k for k in keys if not k.endswith(b":stream")] == []
+
+
+async def _chain_state(handle: object, state: ChainState) -> bool:
+    return (await handle.status()).state is state  # type: ignore[attr-defined]
+
+
+async def _chain_state_of(fanin: object, chain_id: str, state: ChainState) -> bool:
+    return (await fanin.chain_status(chain_id)).state is state  # type: ignore[attr-defined]
