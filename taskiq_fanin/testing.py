@@ -233,7 +233,7 @@ class RedisServer:
         atexit.unregister(self.stop)
         process, self._process, self._port = self._process, None, None
         if process is not None:
-            _terminate(process, self._stop_grace)
+            stop_process_group(process, self._stop_grace)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -483,11 +483,15 @@ def _cluster_ok(port: int, known_nodes_line: str) -> bool:
     return "cluster_state:ok" in lines and known_nodes_line in lines
 
 
-def _terminate(process: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM the process group, then SIGKILL it if it outlives ``grace``."""
+def stop_process_group(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
+    """SIGTERM the process's group, then SIGKILL it if it outlives ``grace``.
+
+    For processes started with ``start_new_session=True`` (the leaders of their
+    own group): a redis-server, or a ``taskiq worker``, which can hang on SIGTERM
+    and leaves child processes behind if only its leader is signalled.
+    """
     if process.poll() is not None:
         return
-    # start_new_session=True made the server the leader of its own group.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     try:

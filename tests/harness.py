@@ -8,7 +8,6 @@ same code ``taskiq worker`` runs, without a process to manage.
 import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from taskiq_redis import RedisStreamBroker
 
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.scripts import RedisClient
+from taskiq_fanin.testing import stop_process_group
 
 
 class LossyStreamBroker(RedisStreamBroker):
@@ -183,17 +183,3 @@ def worker_process(
         yield process
     finally:
         stop_process_group(process)
-
-
-def stop_process_group(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
-    """SIGTERM the process's group, then SIGKILL it after ``grace`` seconds."""
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()

@@ -24,6 +24,16 @@ def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
+def group_samples() -> tuple[float, ...]:
+    return (
+        sample("taskiq_fanin_groups_planned_total"),
+        sample("taskiq_fanin_members_recorded_total", outcome="done"),
+        sample("taskiq_fanin_members_recorded_total", outcome="failed"),
+        sample("taskiq_fanin_groups_finalised_total", continuation="then"),
+        sample("taskiq_fanin_continuation_dispatch_seconds_count"),
+    )
+
+
 async def test_a_group_counts_planned_recorded_and_finalised(
     fake_redis: FakeRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -39,25 +49,13 @@ async def test_a_group_counts_planned_recorded_and_finalised(
     async def then(result: GroupResult) -> None:
         return None
 
-    before = (
-        sample("taskiq_fanin_groups_planned_total"),
-        sample("taskiq_fanin_members_recorded_total", outcome="done"),
-        sample("taskiq_fanin_members_recorded_total", outcome="failed"),
-        sample("taskiq_fanin_groups_finalised_total", continuation="then"),
-        sample("taskiq_fanin_continuation_dispatch_seconds_count"),
-    )
+    before = group_samples()
     await broker.startup()
     with caplog.at_level(logging.INFO, logger="taskiq_fanin"):
         await group([Signature.of(member, i) for i in range(3)], then=then).kiq(broker)
         await broker.wait_all()
     await broker.shutdown()
-    after = (
-        sample("taskiq_fanin_groups_planned_total"),
-        sample("taskiq_fanin_members_recorded_total", outcome="done"),
-        sample("taskiq_fanin_members_recorded_total", outcome="failed"),
-        sample("taskiq_fanin_groups_finalised_total", continuation="then"),
-        sample("taskiq_fanin_continuation_dispatch_seconds_count"),
-    )
+    after = group_samples()
 
     assert [b - a for a, b in zip(before, after, strict=True)] == [1, 2, 1, 1, 1]
     (finalised,) = [
