@@ -18,7 +18,7 @@ from taskiq_fanin.inspection import text
 from taskiq_fanin.keys import GroupKeys, index_key
 from taskiq_fanin.labels import ContinuationRef, MemberRef
 from taskiq_fanin.models import FailurePolicy, GroupResult, MemberError
-from taskiq_fanin.scripts import CollectedOutcomes, Outcome, Recorded
+from taskiq_fanin.scripts import Begin, CollectedOutcomes, Outcome, Recorded
 from taskiq_fanin.signature import Signature
 
 if TYPE_CHECKING:
@@ -148,12 +148,15 @@ def choose_continuation(
     return kind, Signature.from_ledger(encoded)
 
 
-async def finalise(fanin: "FanInMiddleware", group_id: str, token: str) -> None:
+async def finalise(
+    fanin: "FanInMiddleware", group_id: str, token: str, *, claimant: str = CLAIMANT
+) -> None:
     """Enqueue the continuation of a claimed group, then release the claim.
 
     Called by the member that claimed the finaliser lease, and by the sweep when a
-    lease expired before the dispatch was recorded; the deterministic task id and
-    the continuation guard keep a second dispatch from running twice.
+    lease ran out before the dispatch was recorded (or a continuation is overdue);
+    the deterministic task id and ``beginContinuation`` keep a second dispatch
+    from running twice.
     """
     keys = GroupKeys(fanin.config.prefix, group_id)
     collected = await fanin.scripts.collect_outcomes(keys, token=token)
@@ -170,22 +173,21 @@ async def finalise(fanin: "FanInMiddleware", group_id: str, token: str) -> None:
             .with_task_id(ref.task_id)
             .kiq(result, *continuation.args, **continuation.kwargs)
         )
-    await fanin.scripts.mark_dispatched(
+    dispatched = await fanin.scripts.mark_dispatched(
         keys,
         token=token,
         now_ms=now_ms(),
         dispatched=kind,
         tombstone_ms=int(fanin.config.tombstone_ttl * 1000),
+        claimant=claimant,
     )
+    if not dispatched:
+        return  # a re-dispatch of an overdue continuation: already counted
     metrics.GROUPS_FINALISED.labels(continuation=kind).inc()
     if continuation is None:
         await fanin.redis.zrem(index_key(fanin.config.prefix), group_id)
-    else:
-        # The continuation's own deadline: the sweep reports it if it has not
-        # completed by then.
-        await fanin.redis.zadd(
-            index_key(fanin.config.prefix), {group_id: now_ms() + collected.span_ms}
-        )
+    # Otherwise the index entry stays at the lease's end: the sweep then finds
+    # the group dispatched and looks again at the continuation's deadline.
     logger.info(
         "Group %s finalised: %d done, %d failed, %d lost, continuation %s",
         group_id,
@@ -212,9 +214,13 @@ async def _state_of(fanin: "FanInMiddleware", group_id: str, token: str) -> str 
     return state if found == token else None
 
 
-async def is_completed(fanin: "FanInMiddleware", ref: ContinuationRef) -> bool:
-    """True when this continuation already ran to its end (a redelivery)."""
-    return await _state_of(fanin, ref.group_id, ref.token) == "completed"
+async def may_run_continuation(fanin: "FanInMiddleware", ref: ContinuationRef) -> bool:
+    """One copy of a continuation runs at a time, and none after it completed."""
+    keys = GroupKeys(fanin.config.prefix, ref.group_id)
+    begun = await fanin.scripts.begin_continuation(
+        keys, token=ref.token, now_ms=now_ms()
+    )
+    return begun is Begin.RUN
 
 
 async def complete_continuation(fanin: "FanInMiddleware", ref: ContinuationRef) -> None:

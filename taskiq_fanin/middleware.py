@@ -231,6 +231,7 @@ class FanInMiddleware(TaskiqMiddleware):
     async def pre_execute(self, message: TaskiqMessage) -> TaskiqMessage:
         """Remember the message; skip what must not run (already ran, cancelled)."""
         guard.current.set((self, message))
+        guard.reset_skip()  # never inherit a flag (brokers may run messages inline)
         try:
             if not await self._may_run(message):
                 guard.skip_current_message(self.broker, message)
@@ -240,10 +241,13 @@ class FanInMiddleware(TaskiqMiddleware):
 
     async def _may_run(self, message: TaskiqMessage) -> bool:
         continuation = ContinuationRef.from_labels(message.labels)
-        if continuation is not None and await completion.is_completed(
+        if continuation is not None and not await completion.may_run_continuation(
             self, continuation
         ):
-            logger.info("Group %s: continuation already ran", continuation.group_id)
+            logger.info(
+                "Group %s: continuation ran or is running; skipped",
+                continuation.group_id,
+            )
             return False
         cursor = chains.ChainCursor.from_labels(message.labels)
         if cursor is not None and not await chains.step_may_run(self, cursor):

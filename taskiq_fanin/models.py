@@ -36,6 +36,8 @@ class GroupState(str, enum.Enum):
     CLAIMED = "claimed"
     #: The continuation (or error continuation, or none) has been enqueued.
     DISPATCHED = "dispatched"
+    #: A copy of the continuation is running (it holds the claim key as a lease).
+    RUNNING = "running"
     #: The continuation ran to its end; only a small tombstone is left.
     COMPLETED = "completed"
     #: Cancelled before it finalised: no continuation runs.

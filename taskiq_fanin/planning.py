@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING
 from pydantic_core import PydanticSerializationError
 
 from taskiq_fanin import metrics
-from taskiq_fanin.chains import Chain, member_to_ledger, validate_chain
+from taskiq_fanin.chains import (
+    Chain,
+    member_from_ledger,
+    member_to_ledger,
+    validate_chain,
+)
 from taskiq_fanin.chains import start as start_chain
 from taskiq_fanin.config import choice, positive
 from taskiq_fanin.errors import (
@@ -158,7 +163,9 @@ async def plan_group(fanin: "FanInMiddleware", plan: GroupPlan) -> GroupHandle:
     deadline_ms = now_ms + int(plan.deadline * 1000)
     # The index may be stale (the sweep prunes it); written first, it never misses
     # a group whose ledger exists.
-    await fanin.redis.zadd(index_key(fanin.config.prefix), {plan.group_id: deadline_ms})
+    await fanin.redis.zadd(
+        index_key(fanin.config.prefix), {plan.group_id: deadline_ms}, nx=True
+    )
     created, token = await fanin.scripts.create_group(
         keys,
         token=secrets.token_hex(8),
@@ -173,20 +180,43 @@ async def plan_group(fanin: "FanInMiddleware", plan: GroupPlan) -> GroupHandle:
         depth=plan.depth,
         cancellable=plan.cancellable,
         members=plan.ledger,
+        planner_lease_ms=int(fanin.config.lease * 1000),
     )
     if created is Created.EXISTS:
         return GroupHandle(group_id=plan.group_id, created=False, _fanin=fanin)
+    if created is Created.EXISTS_UNPLANNED:
+        # An earlier planner died mid-dispatch: finish its work from the ledger.
+        members = await _undispatched(fanin, keys)
+    else:
+        members = dict(enumerate(plan.members))
     await dispatch_members(
         fanin,
         plan.group_id,
         token,
-        dict(enumerate(plan.members)),
+        members,
         depth=plan.depth,
         cancellable=plan.cancellable,
     )
     await fanin.scripts.mark_planned(keys, token=token)
     metrics.GROUPS_PLANNED.inc()
-    return GroupHandle(group_id=plan.group_id, created=True, _fanin=fanin)
+    return GroupHandle(
+        group_id=plan.group_id, created=created is Created.CREATED, _fanin=fanin
+    )
+
+
+async def _undispatched(
+    fanin: "FanInMiddleware", keys: GroupKeys
+) -> dict[int, "Signature | Chain"]:
+    """Members in the ledger that have no outcome yet (kicking one twice is safe)."""
+    inspected = await fanin.scripts.inspect_group(keys)
+    if inspected is None or not inspected.missing:
+        return {}
+    entries = await fanin.redis.hmget(keys.plan, [str(i) for i in inspected.missing])
+    return {
+        index: member_from_ledger(entry)
+        for index, entry in zip(inspected.missing, entries, strict=True)
+        if entry is not None
+    }
 
 
 async def dispatch_members(

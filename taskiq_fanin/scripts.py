@@ -32,6 +32,8 @@ SCRIPT_FILES = {
     "give_up": "giveUp-7.lua",
     "release_lock": "releaseLock-1.lua",
     "cancel_group": "cancelGroup-7.lua",
+    "begin_continuation": "beginContinuation-7.lua",
+    "reclaim_finaliser": "reclaimFinaliser-7.lua",
 }
 
 
@@ -40,6 +42,17 @@ class Created(enum.IntEnum):
 
     CREATED = 1
     EXISTS = 2
+    #: It exists, but its planner died before dispatching every member (it has
+    #: not finished a finaliser lease after the group's creation).
+    EXISTS_UNPLANNED = 3
+
+
+class Begin(enum.IntEnum):
+    """Result of ``beginContinuation``."""
+
+    SKIP = 0
+    RUN = 1
+    RUNNING_ELSEWHERE = 2
 
 
 class Outcome(str, enum.Enum):
@@ -143,9 +156,10 @@ class Scripts:
         depth: int,
         cancellable: bool,
         members: list[str],
+        planner_lease_ms: int,
     ) -> tuple[Created, str]:
         """Write meta and ledger; returns the code and the group's token."""
-        code, group_token = await self._scripts["create_group"](
+        code, group_token, *existing = await self._scripts["create_group"](
             keys=keys.all,
             args=[
                 token,
@@ -163,6 +177,11 @@ class Scripts:
                 *members,
             ],
         )
+        if code == Created.EXISTS:
+            planned, created = (_text(value) for value in existing)
+            # Still unplanned a lease after creation: its planner died mid-way.
+            if planned != "1" and now_ms - int(created) > planner_lease_ms:
+                code = Created.EXISTS_UNPLANNED
         return Created(code), _text(group_token)
 
     async def record_outcome(
@@ -219,11 +238,13 @@ class Scripts:
         now_ms: int,
         dispatched: str,
         tombstone_ms: int,
+        claimant: str,
     ) -> bool:
-        """Note which continuation was enqueued and release the lease."""
+        """Note which continuation was enqueued and release the lease if ours."""
         return bool(
             await self._scripts["mark_dispatched"](
-                keys=keys.all, args=[token, now_ms, dispatched, tombstone_ms]
+                keys=keys.all,
+                args=[token, now_ms, dispatched, tombstone_ms, claimant],
             )
         )
 
@@ -283,3 +304,22 @@ class Scripts:
     async def cancel_group(self, keys: GroupKeys, *, now_ms: int) -> bool:
         """Cancel an open group; False if it is missing or not open."""
         return bool(await self._scripts["cancel_group"](keys=keys.all, args=[now_ms]))
+
+    async def begin_continuation(
+        self, keys: GroupKeys, *, token: str, now_ms: int
+    ) -> Begin:
+        """May this delivery of the continuation run (one copy at a time)?"""
+        code = await self._scripts["begin_continuation"](
+            keys=keys.all, args=[token, now_ms]
+        )
+        return Begin(code)
+
+    async def reclaim_finaliser(
+        self, keys: GroupKeys, *, token: str, now_ms: int, lease_ms: int, claimant: str
+    ) -> bool:
+        """Take over a claimed group whose finaliser's lease ran out."""
+        return bool(
+            await self._scripts["reclaim_finaliser"](
+                keys=keys.all, args=[token, now_ms, lease_ms, claimant]
+            )
+        )

@@ -29,6 +29,8 @@ logger = logging.getLogger("taskiq_fanin.sweep")
 
 #: Groups one sweep examines at most; the next sweep goes on from there.
 DEFAULT_BATCH = 100
+#: Who the sweep claims a finaliser's lease as.
+SWEEP_CLAIMANT = f"sweep:{completion.CLAIMANT}"
 #: The shortest time a sweep's lock is held, in seconds.
 MIN_LOCK_SECONDS = 60.0
 
@@ -136,9 +138,18 @@ async def _examine(
     )
     report = SweepReport(dry_run=dry_run, examined=len(due))
     for raw in due:
-        finding = await _judge(
-            fanin, text(raw), now=now, override=override, dry_run=dry_run
-        )
+        group_id = text(raw)
+        try:
+            finding = await _judge(
+                fanin, group_id, now=now, override=override, dry_run=dry_run
+            )
+        except Exception:
+            # One group that cannot be handled must not block every later sweep:
+            # it goes to the back of the queue, and the others are handled.
+            logger.exception("Sweep of group %s failed", group_id)
+            if not dry_run:
+                await _reschedule(fanin, group_id, now + int(fanin.config.lease * 1000))
+            continue
         if finding is not None:
             report.findings.append(finding)
             _log(finding)
@@ -157,7 +168,7 @@ async def _judge(
     keys = GroupKeys(fanin.config.prefix, group_id)
     inspected = await fanin.scripts.inspect_group(keys)
     state = GroupState(inspected.meta["state"]) if inspected else GroupState.MISSING
-    if inspected is None or state is GroupState.COMPLETED:
+    if inspected is None or state in (GroupState.COMPLETED, GroupState.CANCELLED):
         if not dry_run:
             await fanin.redis.zrem(index_key(fanin.config.prefix), group_id)
         return Finding(
@@ -169,7 +180,10 @@ async def _judge(
         )
     meta = inspected.meta
     due_at = _due_at(meta, state)
-    if due_at > now or (state is GroupState.CLAIMED and inspected.lease_held):
+    leased = (state is GroupState.CLAIMED and inspected.lease_held) or (
+        state is GroupState.RUNNING and int(meta.get("run_until", 0)) > now
+    )
+    if due_at > now or leased:
         # Not stuck after all (the index is only a hint): look again later.
         if not dry_run:
             lease_end = now + int(fanin.config.lease * 1000)
@@ -181,7 +195,7 @@ async def _judge(
             FindingKind.FINALISER_LOST,
             SweepAction.REDISPATCH,
         )
-    elif state is GroupState.DISPATCHED:
+    elif state in (GroupState.DISPATCHED, GroupState.RUNNING):
         finding.kind = FindingKind.CONTINUATION_OVERDUE
         redrive = (override or SweepPolicy(meta["sweep"])) is SweepPolicy.REDRIVE
         finding.action = SweepAction.REDISPATCH if redrive else SweepAction.REPORT
@@ -198,7 +212,7 @@ async def _judge(
 
 def _due_at(meta: dict[str, str], state: GroupState) -> int:
     """When a group in this state stops being on time (epoch ms)."""
-    if state is GroupState.DISPATCHED:
+    if state in (GroupState.DISPATCHED, GroupState.RUNNING):
         return int(meta.get("dispatched_at", 0)) + int(meta["span"])
     if state is GroupState.CLAIMED:
         return int(meta.get("claimed_at", 0))
@@ -271,7 +285,20 @@ async def _act(
             return
         finding.note = "no longer open"
     elif action is SweepAction.REDISPATCH:
-        await completion.finalise(fanin, finding.group_id, token)
+        if finding.kind is FindingKind.FINALISER_LOST and not (
+            await fanin.scripts.reclaim_finaliser(
+                keys,
+                token=token,
+                now_ms=now,
+                lease_ms=int(fanin.config.lease * 1000),
+                claimant=SWEEP_CLAIMANT,
+            )
+        ):
+            finding.note = "the finaliser's lease was taken meanwhile"
+            return
+        await completion.finalise(
+            fanin, finding.group_id, token, claimant=SWEEP_CLAIMANT
+        )
         finding.applied = True
         return
     else:

@@ -73,13 +73,12 @@ async def test_one_script_call_per_completion_and_a_fixed_cost_per_group(
 
     # One round trip per completion: exactly one EVALSHA, nothing else sent.
     assert per_child["evalsha"] == 1
-    # Per group: create, planned, collect, dispatched, completed (5 scripts); the
-    # sweep's index scored at planning, at the claim and at the dispatch, then
-    # removed; and the continuation guard's HMGET.
-    assert per_group["evalsha"] == 5
-    assert per_group["zadd"] == 3
+    # Per group: create, planned, collect, dispatched, begin (the continuation's
+    # run guard) and completed: six scripts; the sweep's index scored at planning
+    # and at the claim, then removed.
+    assert per_group["evalsha"] == 6
+    assert per_group["zadd"] == 2
     assert per_group["zrem"] == 1
-    assert per_group["hmget"] == 4  # three inside scripts, and the guard
     inside = sum(v for k, v in per_child.items() if k != "evalsha")
     print(f"\nper completion: 1 round trip, {inside:.2f} commands inside Redis")
     print("per completion, by command:", {k: v for k, v in per_child.items() if v})

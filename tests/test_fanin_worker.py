@@ -331,3 +331,39 @@ async def test_group_member_labels_carry_the_group_token(
         "album-7.1",
         "album-7.2",
     ]
+
+
+async def test_two_copies_of_a_continuation_in_flight_run_its_body_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, _ = stream_broker(redis_url, key_prefix, sent)
+    release = asyncio.Event()
+    bodies: list[int] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        bodies.append(result.total)
+        await release.wait()
+
+    async with worker(broker, max_async_tasks=5):
+        handle = await group([Signature.of(member, 0)], then=then).kiq(broker)
+        await eventually(lambda: len(bodies) == 1, what="the first copy to run")
+        (continuation,) = sent.of_task(then.task_name)
+        await sent.resend(continuation)  # redelivered while the first still runs
+        await eventually(
+            lambda: sent.executions_of(then.task_name) == 1,
+            what="the copy to be skipped",
+        )
+        release.set()
+        await eventually(
+            lambda: sent.executions_of(then.task_name) == 2, what="the first to end"
+        )
+        status = await handle.status()
+
+    assert bodies == [1]
+    assert status.state.value == "completed"

@@ -8,6 +8,7 @@ from taskiq import BrokerMessage, InMemoryBroker
 
 from taskiq_fanin import FanInMiddleware, Signature, group, group_task
 from taskiq_fanin.keys import GroupKeys
+from tests.harness import eventually
 
 
 class FlakyBroker(InMemoryBroker):
@@ -105,3 +106,37 @@ async def test_a_group_task_redelivered_plans_its_group_once(
 
     assert group_ids == ["fan-1", "fan-1"]
     assert sorted(runs) == [0, 1, 2]
+
+
+async def test_planning_again_after_the_planner_died_dispatches_the_rest(
+    fake_redis: FakeRedis,
+) -> None:
+    fanin = FanInMiddleware(fake_redis, prefix="replan", finaliser_lease=0.05)
+    broker = await started(FlakyBroker(fail_from=2), fanin)
+
+    @broker.task
+    async def member(index: int) -> None:
+        return None
+
+    members = [Signature.of(member, i) for i in range(5)]
+    with pytest.raises(Exception, match="Cannot send task"):
+        await group(members, group_id="retry").kiq(broker)
+    broker.fail_from = 100
+    soon = await group(members, group_id="retry").kiq(broker)  # planner may live
+    assert sorted(broker.kicked) == ["retry.0", "retry.1"]
+    await eventually(
+        lambda: _older_than_lease(fanin, "retry"), what="the planner's lease to end"
+    )
+    later = await group(members, group_id="retry").kiq(broker)
+
+    assert (soon.created, later.created) == (False, False)
+    # Every member without an outcome is kicked again (0 and 1 may be queued
+    # still: a second delivery is harmless); the never-sent ones once.
+    assert sorted(set(broker.kicked)) == [f"retry.{i}" for i in range(5)]
+    assert [broker.kicked.count(f"retry.{i}") for i in (2, 3, 4)] == [1, 1, 1]
+    assert (await later.status()).planned
+
+
+async def _older_than_lease(fanin: FanInMiddleware, group_id: str) -> bool:
+    status = await fanin.status(group_id)
+    return status.age_seconds() > fanin.config.lease  # type: ignore[operator]

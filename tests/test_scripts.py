@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 from taskiq_fanin.keys import GroupKeys
 from taskiq_fanin.scripts import (
     SCRIPT_FILES,
+    Begin,
     Created,
     Outcome,
     Recorded,
@@ -50,6 +51,7 @@ async def create(
         depth=1,
         cancellable=False,
         members=[f'{{"t":"m","a":[{i}]}}' for i in range(total)],
+        planner_lease_ms=60_000,
     )
 
 
@@ -238,12 +240,13 @@ async def test_dispatch_then_completion_leave_a_tombstone(
     await create(scripts, keys, total=1)
     assert await scripts.mark_planned(keys, token=TOKEN)
     args = {"token": TOKEN, "now_ms": NOW, "tombstone_ms": 5_000}
-    assert not await scripts.mark_dispatched(keys, dispatched="then", **args)  # open
+    mark = {"dispatched": "then", "claimant": "test", **args}
+    assert not await scripts.mark_dispatched(keys, **mark)  # still open
     await record(scripts, keys, 0, payload="1")
-    assert await scripts.mark_dispatched(keys, dispatched="then", **args)
+    assert await scripts.mark_dispatched(keys, **mark)
     assert await client.hget(keys.meta, "state") == b"dispatched"
     assert await client.exists(keys.claim) == 0
-    assert not await scripts.mark_dispatched(keys, dispatched="then", **args)
+    assert not await scripts.mark_dispatched(keys, **mark)
     assert not await scripts.mark_completed(
         keys, token="stale", now_ms=NOW, tombstone_ms=5_000
     )
@@ -261,7 +264,12 @@ async def test_a_group_with_no_continuation_completes_at_dispatch(
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)
     assert await scripts.mark_dispatched(
-        keys, token=TOKEN, now_ms=NOW, dispatched="none", tombstone_ms=5_000
+        keys,
+        token=TOKEN,
+        now_ms=NOW,
+        dispatched="none",
+        tombstone_ms=5_000,
+        claimant="test",
     )
     assert await client.hget(keys.meta, "state") == b"completed"
     assert await client.exists(*keys.all) == 1
@@ -273,3 +281,59 @@ async def test_mark_planned_never_recreates_an_expired_group(
     scripts = Scripts(client)
     assert not await scripts.mark_planned(keys, token=TOKEN)
     assert await client.exists(keys.meta) == 0
+
+
+async def test_one_copy_of_a_continuation_runs_at_a_time_and_none_after_completion(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=1)
+    await record(scripts, keys, 0)
+    # The continuation may start before its finaliser records the dispatch.
+    assert await scripts.begin_continuation(keys, token=TOKEN, now_ms=NOW) is Begin.RUN
+    again = await scripts.begin_continuation(keys, token=TOKEN, now_ms=NOW + 1)
+    assert again is Begin.RUNNING_ELSEWHERE
+    assert await scripts.mark_dispatched(
+        keys,
+        token=TOKEN,
+        now_ms=NOW,
+        dispatched="then",
+        tombstone_ms=5_000,
+        claimant="test",
+    )
+    assert await client.hget(keys.meta, "state") == b"running"
+    # The running copy's worker died: once its lease (the span) is over, a
+    # redelivered copy runs.
+    later = await scripts.begin_continuation(keys, token=TOKEN, now_ms=NOW + 60_001)
+    assert later is Begin.RUN
+    await scripts.mark_completed(keys, token=TOKEN, now_ms=NOW, tombstone_ms=5_000)
+    done = await scripts.begin_continuation(keys, token=TOKEN, now_ms=NOW + 10**6)
+    assert done is Begin.SKIP
+    gone = await scripts.begin_continuation(
+        GroupKeys(keys.prefix, "other"), token=TOKEN, now_ms=NOW
+    )
+    assert gone is Begin.RUN  # nothing known: run rather than lose the work
+
+
+async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=1)
+    await record(scripts, keys, 0)  # claimed by "test", lease held
+    reclaim = {"token": TOKEN, "now_ms": NOW, "lease_ms": 30_000, "claimant": "sweep"}
+    assert not await scripts.reclaim_finaliser(keys, **reclaim)
+    await client.delete(keys.claim)  # the lease ran out
+    assert await scripts.reclaim_finaliser(keys, **reclaim)
+    assert await client.get(keys.claim) == b"sweep"
+    assert not await scripts.reclaim_finaliser(keys, **reclaim)
+    # The slow original finaliser records its dispatch but leaves the sweep's lease.
+    assert await scripts.mark_dispatched(
+        keys,
+        token=TOKEN,
+        now_ms=NOW,
+        dispatched="then",
+        tombstone_ms=5_000,
+        claimant="test",
+    )
+    assert await client.get(keys.claim) == b"sweep"

@@ -387,7 +387,9 @@ async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
     redis_url: str, key_prefix: str
 ) -> None:
     sent = SentMessages()
-    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+    # The sweep first looks again at a finalised group when the finaliser's lease
+    # ends: a short one here, so that the continuation's deadline decides.
+    broker, fanin = stream_broker(redis_url, key_prefix, sent, finaliser_lease=SHORT)
     ran: list[GroupResult] = []
 
     @broker.task

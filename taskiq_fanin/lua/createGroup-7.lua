@@ -19,11 +19,12 @@
   ARGV[12] total            number of members
   ARGV[13 .. 12 + total]    member 0 .. total - 1, serialized
 
-  Returns {1, token} when created, {2, token of the existing group} when it exists.
+  Returns {1, token} when created, {2, token, planned, created} when the group
+  exists (planned is '0' while its planner dispatches, or if it died doing so).
 ]]
-local existing = redis.call('HGET', KEYS[1], 'token')
-if existing then
-  return {2, existing}
+local existing = redis.call('HMGET', KEYS[1], 'token', 'planned', 'created')
+if existing[1] then
+  return {2, existing[1], existing[2], existing[3]}
 end
 
 local total = tonumber(ARGV[12])

@@ -10,7 +10,7 @@
   ARGV[3] tombstone  ms to keep the meta
 
   Returns 1 when completed now, 0 when missing, not this token's, or already
-  completed.
+  completed. The claim key (the running copy's lease) goes with the rest.
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state')
 if meta[1] ~= ARGV[1] or meta[2] == 'completed' then

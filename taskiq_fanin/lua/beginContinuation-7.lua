@@ -1,0 +1,31 @@
+--[[
+  A delivered continuation is about to run: let one copy run at a time, and
+  none once the continuation has completed (invariant 3). The running copy holds
+  a lease in the meta (run_until: the group's deadline span from now), so a copy
+  redelivered after its worker died runs again once the lease is over. The
+  continuation may start before its finaliser has recorded the dispatch.
+
+  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
+  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+
+  ARGV[1] token
+  ARGV[2] now       epoch ms
+
+  Returns 1: run it; 0: skip it (completed, or cancelled); 2: skip it (another
+  copy is running). A group that is gone (expired) or of another token: 1, since
+  losing the work is worse than running it again.
+]]
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'span', 'run_until')
+if meta[1] ~= ARGV[1] then
+  return 1
+end
+if meta[2] == 'completed' or meta[2] == 'cancelled' then
+  return 0
+end
+local now = tonumber(ARGV[2])
+if meta[2] == 'running' and tonumber(meta[4]) > now then
+  return 2
+end
+redis.call('HSET', KEYS[1], 'state', 'running', 'started_at', now,
+  'run_until', now + tonumber(meta[3]))
+return 1
