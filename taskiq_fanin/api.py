@@ -14,7 +14,7 @@ from taskiq_fanin.chain_record import ChainState, ChainStatus
 from taskiq_fanin.chains import Chain, ChainCursor, GroupStep
 from taskiq_fanin.config import choice
 from taskiq_fanin.errors import InvalidGroupError, MiddlewareNotFoundError
-from taskiq_fanin.keys import GROUP_ID_PATTERN
+from taskiq_fanin.keys import is_valid_id
 from taskiq_fanin.labels import DEPTH_LABEL
 from taskiq_fanin.middleware import find_fanin
 from taskiq_fanin.models import FailurePolicy, GroupState, GroupStatus, SweepPolicy
@@ -199,7 +199,7 @@ def group_task(
                 returned = await returned
             spec = returned if isinstance(returned, Group) else group(returned)
             group_id = message.task_id
-            if not GROUP_ID_PATTERN.fullmatch(group_id):
+            if not is_valid_id(group_id):
                 group_id = uuid.uuid4().hex
             handle = await fanin.group(
                 spec.members,

@@ -124,10 +124,19 @@ class ChainRecord:
         )
         return [text(c) for c in reply[1:]] if reply[0] == 1 else None
 
-    async def cancel(self, keys: ChainKeys, *, now_ms: int) -> list[str] | None:
-        """Cancel a running chain; the compensations to run, or None if not running."""
+    async def cancel(
+        self, keys: ChainKeys, *, now_ms: int
+    ) -> tuple[int, list[str]] | None:
+        """Cancel a running chain: (its step, the compensations to run), or None."""
         reply = await self._scripts["cancel"](keys=keys.all, args=[now_ms])
-        return [text(c) for c in reply[1:]] if reply[0] == 1 else None
+        if reply[0] != 1:
+            return None
+        return int(reply[1]), [text(c) for c in reply[2:]]
+
+    async def state(self, keys: ChainKeys) -> ChainState:
+        """The chain's state alone."""
+        state = await self._client.hget(keys.record, "state")
+        return ChainState(text(state)) if state is not None else ChainState.MISSING
 
     async def status(self, keys: ChainKeys) -> ChainStatus:
         """Read the record."""

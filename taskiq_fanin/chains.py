@@ -17,19 +17,24 @@ import uuid
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from pydantic_core import PydanticSerializationError
 from taskiq import AsyncBroker, TaskiqResult
 
 from taskiq_fanin import completion
-from taskiq_fanin.chain_record import Advanced, ChainStatus
+from taskiq_fanin.chain_record import Advanced, ChainState, ChainStatus
 from taskiq_fanin.errors import (
+    ChainCancelledError,
+    EmptyGroupError,
     GroupStepFailedError,
+    GroupTooWideError,
     InvalidGroupError,
+    MemberNotSerializableError,
     NestingTooDeepError,
     UnknownTaskError,
 )
-from taskiq_fanin.keys import ChainKeys, validate_group_id
+from taskiq_fanin.keys import LONGEST_DERIVED_ID, ChainKeys, validate_group_id
 from taskiq_fanin.labels import MemberRef
-from taskiq_fanin.models import FailurePolicy, GroupResult, MemberError
+from taskiq_fanin.models import FailurePolicy, GroupResult, MemberError, SweepPolicy
 from taskiq_fanin.signature import Signature
 
 if TYPE_CHECKING:
@@ -61,8 +66,10 @@ class GroupStep(BaseModel):
 
     members: tuple["Member", ...]
     failure_policy: FailurePolicy | None = None
+    sweep_policy: SweepPolicy | None = None
     ttl: float | None = None
     deadline: float | None = None
+    cancellable: bool = False
 
 
 class Chain(BaseModel):
@@ -225,8 +232,10 @@ async def kick_step(
         on_error=fail,
         group_id=task_id,
         failure_policy=step.failure_policy,
+        sweep_policy=step.sweep_policy,
         ttl=step.ttl,
         deadline=step.deadline,
+        cancellable=step.cancellable,
         depth=cursor.depth + 1,
     )
 
@@ -241,15 +250,33 @@ def validate_chain(fanin: "FanInMiddleware", spec: Chain, *, depth: int) -> None
         if isinstance(step, Signature):
             _known(fanin, step)
             continue
-        if depth + 1 > fanin.config.max_depth:
-            raise NestingTooDeepError(depth=depth + 1, maximum=fanin.config.max_depth)
-        for member in step.members:
-            if isinstance(member, Chain):
-                validate_chain(fanin, member, depth=depth + 2)
-            else:
-                _known(fanin, member)
+        _validate_group_step(fanin, step, depth=depth + 1)
     if spec.on_error is not None:
         _known(fanin, spec.on_error)
+    try:  # the plan travels as JSON: every argument must serialize, now
+        spec.model_dump_json()
+    except (PydanticSerializationError, TypeError, ValueError) as exc:
+        raise MemberNotSerializableError(
+            index=-1, task_name="chain step", reason=str(exc)
+        ) from None
+
+
+def _validate_group_step(
+    fanin: "FanInMiddleware", step: GroupStep, *, depth: int
+) -> None:
+    if depth > fanin.config.max_depth:
+        raise NestingTooDeepError(depth=depth, maximum=fanin.config.max_depth)
+    if not step.members:
+        raise EmptyGroupError
+    if len(step.members) > fanin.config.max_group_size:
+        raise GroupTooWideError(
+            size=len(step.members), maximum=fanin.config.max_group_size
+        )
+    for member in step.members:
+        if isinstance(member, Chain):
+            validate_chain(fanin, member, depth=depth + 1)
+        else:
+            _known(fanin, member)
 
 
 def _known(fanin: "FanInMiddleware", sig: Signature) -> None:
@@ -279,16 +306,15 @@ async def step_finished(
             now_ms=completion.now_ms(),
             error=summary,
         )
+        await _end_member(fanin, cursor, result)  # idempotent: before the record
         if compensations is not None:
             await _after_failure(fanin, cursor, summary, compensations)
-            await _end_member(fanin, cursor, result)
         return
     if not cursor.rest:
-        finished = await record.finish(
+        await _end_member(fanin, cursor, result)  # idempotent: before the record
+        await record.finish(
             keys, token=cursor.token, step=cursor.index, now_ms=completion.now_ms()
         )
-        if finished:
-            await _end_member(fanin, cursor, result)
         return
     advanced = await record.advance(
         keys,
@@ -298,6 +324,14 @@ async def step_finished(
         compensation=cursor.undo.to_ledger() if cursor.undo else "",
         ttl_ms=int(fanin.config.ttl * 1000),
     )
+    if advanced is Advanced.CANCELLED:
+        # Cancelled while this step ran: its own effect is undone too.
+        if cursor.undo is not None:
+            await _compensate(
+                fanin, f"{cursor.id}.undo{cursor.index}", [cursor.undo.to_ledger()]
+            )
+        await _end_member(fanin, cursor, cancelled_result())
+        return
     if advanced is not Advanced.ADVANCED:
         return
     following = cursor.rest[0]
@@ -318,11 +352,16 @@ async def cancel(fanin: "FanInMiddleware", chain_id: str) -> bool:
 
     False if the chain is not running (over, or unknown).
     """
-    keys = ChainKeys(fanin.config.prefix, validate_group_id(chain_id))
-    compensations = await fanin.chain_record.cancel(keys, now_ms=completion.now_ms())
-    if compensations is None:
+    keys = ChainKeys(
+        fanin.config.prefix, validate_group_id(chain_id, longest=LONGEST_DERIVED_ID)
+    )
+    cancelled = await fanin.chain_record.cancel(keys, now_ms=completion.now_ms())
+    if cancelled is None:
         return False
-    await _compensate(fanin, chain_id, compensations)
+    step, compensations = cancelled
+    # If the chain is at a group step, that group continues nothing now.
+    await completion.cancel_group(fanin, f"{chain_id}.{step}")
+    await _compensate(fanin, f"{chain_id}.undo", compensations)
     return True
 
 
@@ -347,11 +386,11 @@ async def _after_failure(
             .with_task_id(f"{cursor.id}.on_error")
             .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
         )
-    await _compensate(fanin, cursor.id, compensations)
+    await _compensate(fanin, f"{cursor.id}.undo", compensations)
 
 
 async def _compensate(
-    fanin: "FanInMiddleware", chain_id: str, compensations: list[str]
+    fanin: "FanInMiddleware", undo_id: str, compensations: list[str]
 ) -> None:
     """Run the compensations, last completed step first, as a chain of their own."""
     if not compensations:
@@ -360,7 +399,7 @@ async def _compensate(
     await start(
         fanin,
         Chain(steps=tuple(steps)),
-        chain_id=f"{chain_id}.undo",
+        chain_id=undo_id,
         member=None,
         depth=1,
     )
@@ -375,6 +414,34 @@ async def _end_member(
     ref = MemberRef.from_labels({"fanin_member": cursor.member})
     if ref is not None:
         await completion.record_member(fanin, ref, result)
+
+
+def cancelled_result() -> TaskiqResult[Any]:
+    """The outcome recorded for a chain member whose chain was cancelled."""
+    return TaskiqResult(
+        is_err=True,
+        log=None,
+        return_value=None,
+        execution_time=0.0,
+        error=ChainCancelledError(),
+    )
+
+
+async def skipped(
+    fanin: "FanInMiddleware", cursor: ChainCursor, continuation: bool
+) -> None:
+    """Close what a step the guard skipped leaves open, if its chain was cancelled.
+
+    That is the group whose continuation the step was, and the group member the
+    chain is.
+    """
+    keys = ChainKeys(fanin.config.prefix, cursor.id)
+    if await fanin.chain_record.state(keys) is not ChainState.CANCELLED:
+        return
+    if continuation:
+        group_id = f"{cursor.id}.{cursor.index}"
+        await completion.complete_continuation_of(fanin, group_id)
+    await _end_member(fanin, cursor, cancelled_result())
 
 
 async def continue_chain(result: GroupResult) -> GroupResult:

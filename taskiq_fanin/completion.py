@@ -247,3 +247,13 @@ async def cancel_group(fanin: "FanInMiddleware", group_id: str) -> bool:
 async def is_cancelled(fanin: "FanInMiddleware", ref: MemberRef) -> bool:
     """True when the member's group has been cancelled (and is still this one)."""
     return await _state_of(fanin, ref.group_id, ref.token) == "cancelled"
+
+
+async def complete_continuation_of(fanin: "FanInMiddleware", group_id: str) -> None:
+    """Complete a group whose continuation will not run (its chain was cancelled)."""
+    keys = GroupKeys(fanin.config.prefix, group_id)
+    token = await fanin.redis.hget(keys.meta, "token")
+    if token is not None:
+        await complete_continuation(
+            fanin, ContinuationRef(group_id=group_id, token=text(token), kind="then")
+        )

@@ -90,3 +90,9 @@ class GroupStepFailedError(FanInError, RuntimeError):
     group_id: str
     failed: int
     lost: int
+
+
+class ChainCancelledError(FanInError):
+    """The outcome of a chain that was cancelled (recorded for a chain member)."""
+
+    __template__ = "The chain was cancelled"

@@ -31,7 +31,12 @@ from taskiq_fanin.config import (
 )
 from taskiq_fanin.errors import MiddlewareNotFoundError
 from taskiq_fanin.inspection import status_from_meta, text
-from taskiq_fanin.keys import ChainKeys, GroupKeys, validate_group_id
+from taskiq_fanin.keys import (
+    LONGEST_DERIVED_ID,
+    ChainKeys,
+    GroupKeys,
+    validate_group_id,
+)
 from taskiq_fanin.labels import CANCELLABLE_LABEL, ContinuationRef, MemberRef
 from taskiq_fanin.models import FailurePolicy, GroupStatus, SweepPolicy
 from taskiq_fanin.planning import GroupHandle, plan_group, validate_plan
@@ -205,13 +210,17 @@ class FanInMiddleware(TaskiqMiddleware):
 
     async def status(self, group_id: str) -> GroupStatus:
         """Counts, state and times of a group, read from its own keys."""
-        keys = GroupKeys(self.config.prefix, validate_group_id(group_id))
+        keys = GroupKeys(
+            self.config.prefix, validate_group_id(group_id, longest=LONGEST_DERIVED_ID)
+        )
         raw = await self.redis.hgetall(keys.meta)
         return status_from_meta(group_id, {text(k): text(v) for k, v in raw.items()})
 
     async def chain_status(self, chain_id: str) -> ChainStatus:
         """Current step, state, times and error of a chain, from its record."""
-        keys = ChainKeys(self.config.prefix, validate_group_id(chain_id))
+        keys = ChainKeys(
+            self.config.prefix, validate_group_id(chain_id, longest=LONGEST_DERIVED_ID)
+        )
         return await self.chain_record.status(keys)
 
     async def cancel(self, workflow_id: str) -> bool:
@@ -252,6 +261,7 @@ class FanInMiddleware(TaskiqMiddleware):
         cursor = chains.ChainCursor.from_labels(message.labels)
         if cursor is not None and not await chains.step_may_run(self, cursor):
             logger.info("Chain %s: step %d skipped", cursor.id, cursor.index)
+            await chains.skipped(self, cursor, continuation=continuation is not None)
             return False
         member = MemberRef.from_labels(message.labels)
         if (
@@ -281,10 +291,12 @@ class FanInMiddleware(TaskiqMiddleware):
         try:
             if member is not None:
                 await completion.record_member(self, member, result)
-            if continuation is not None:
-                await completion.complete_continuation(self, continuation)
+            # A chain is carried on before the group whose continuation this step
+            # is completes: a crash in between leaves it to be redelivered.
             if cursor is not None:
                 await chains.step_finished(self, cursor, result)
+            if continuation is not None:
+                await completion.complete_continuation(self, continuation)
         except Exception:
             # taskiq would swallow it anyway; the sweep recovers what was not recorded.
             logger.exception("Recording the outcome of task %s failed", message.task_id)

@@ -32,7 +32,13 @@ from taskiq_fanin.errors import (
     NestingTooDeepError,
     UnknownTaskError,
 )
-from taskiq_fanin.keys import GroupKeys, index_key, validate_group_id
+from taskiq_fanin.keys import (
+    LONGEST_DERIVED_ID,
+    LONGEST_ID,
+    GroupKeys,
+    index_key,
+    validate_group_id,
+)
 from taskiq_fanin.labels import (
     CANCELLABLE_LABEL,
     DEPTH_LABEL,
@@ -136,7 +142,9 @@ def validate_plan(  # noqa: C901 - one check after another, each raising
         if continuation is not None:
             _serialize(-1, continuation)
     return GroupPlan(
-        group_id=validate_group_id(group_id)
+        group_id=validate_group_id(
+            group_id, longest=LONGEST_ID if depth == 1 else LONGEST_DERIVED_ID
+        )
         if group_id is not None
         else uuid.uuid4().hex,
         members=members,

@@ -19,6 +19,7 @@ from taskiq_fanin import (
     MiddlewareNotFoundError,
     Signature,
     UnknownTaskError,
+    chain,
     group,
     group_task,
 )
@@ -62,6 +63,17 @@ def members(count: int) -> list[Signature]:
         (lambda: group(members(2), ttl=-5), InvalidOptionError),
         (lambda: group(members(2), deadline=0), InvalidOptionError),
         (lambda: group(members(2), failure_policy="explode"), InvalidOptionError),
+        (chain, InvalidGroupError),
+        (lambda: chain(members(1)[0], group([])), EmptyGroupError),
+        (lambda: chain(members(1)[0], group(members(11))), GroupTooWideError),
+        (lambda: chain(Signature.of(member, object())), MemberNotSerializableError),
+        (lambda: chain(members(1)[0], on_error="no.such:task"), UnknownTaskError),
+        (lambda: chain(members(1)[0], chain_id="bad id"), InvalidGroupIdError),
+        (
+            lambda: chain(members(1)[0], group(members(1), then=member)),
+            InvalidGroupError,
+        ),
+        (lambda: group([chain(Signature.of("no.such:task"))]), UnknownTaskError),
     ],
 )
 async def test_bad_group_raises_a_typed_error_and_writes_nothing(

@@ -291,19 +291,23 @@ async def test_cancelling_mid_chain_stops_later_steps(
         await eventually(
             lambda: sent.executions_of(step.task_name) == 2, what="step 2 to end"
         )
-        await eventually(
-            lambda: _chain_state_of(fanin, f"{handle.chain_id}.undo", ChainState.DONE),
-            what="the compensations to end",
-        )
+        for undo_id in (f"{handle.chain_id}.undo", f"{handle.chain_id}.undo1"):
+            await eventually(
+                lambda undo_id=undo_id: _chain_state_of(
+                    fanin, undo_id, ChainState.DONE
+                ),
+                what="the compensations to end",
+            )
         status = await handle.status()
 
-    # Step 2 was running when the chain was cancelled: it finishes, but nothing
-    # after it is enqueued, and step 1 (completed) is undone.
+    # Step 2 was running when the chain was cancelled: it finishes, nothing after
+    # it is enqueued, and both step 1 (completed) and step 2 are undone.
     assert [
         m.task_id for m in sent.sent if m.task_id.startswith(handle.chain_id + ".")
     ][:2] == [f"{handle.chain_id}.0", f"{handle.chain_id}.1"]
     assert f"{handle.chain_id}.2" not in {m.task_id for m in sent.sent}
-    assert journal == ["1", "2", "undo 1"]
+    assert journal[:2] == ["1", "2"]
+    assert sorted(journal[2:]) == ["undo 1", "undo 2"]
     assert status.state is ChainState.CANCELLED
 
 
@@ -376,3 +380,37 @@ async def _chain_state(handle: object, state: ChainState) -> bool:
 
 async def _chain_state_of(fanin: object, chain_id: str, state: ChainState) -> bool:
     return (await fanin.chain_status(chain_id)).state is state  # type: ignore[attr-defined]
+
+
+async def test_a_cancelled_chain_member_fails_its_member_and_the_group_ends(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    release = asyncio.Event()
+    results: list[GroupResult] = []
+
+    @broker.task
+    async def slow(n: int) -> int:
+        if n == 1:
+            await release.wait()
+        return n
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    async with worker(broker, max_async_tasks=4):
+        members = [chain(Signature.of(slow, n), Signature.of(slow)) for n in range(2)]
+        handle = await group(members, then=then, group_id="g").kiq(broker)
+        await eventually(
+            lambda: _chain_state_of(fanin, "g.0", ChainState.DONE), what="chain 0"
+        )
+        assert await cancel(broker, "g.1")  # its first step is running
+        release.set()
+        await eventually(lambda: len(results) == 1, what="the continuation")
+        status = await handle.status()
+
+    (result,) = results
+    assert result.succeeded == [0]
+    assert result.failed[1].type == "ChainCancelledError"
+    assert status.done == 1

@@ -7,15 +7,16 @@
 
   ARGV[1] now     epoch ms
 
-  Returns {1, compensation, ...} (in step order) when cancelled now, {0} when the chain
+  Returns {1, step, compensation, ...} (in step order) when cancelled now, {0} when the chain
   is missing or already over.
 ]]
-local state = redis.call('HGET', KEYS[1], 'state')
-if state ~= 'running' then
+local record = redis.call('HMGET', KEYS[1], 'state', 'step')
+if record[1] ~= 'running' then
   return {0}
 end
 redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', ARGV[1])
 local reply = redis.call('LRANGE', KEYS[2], 0, -1)
+table.insert(reply, 1, tonumber(record[2]))
 table.insert(reply, 1, 1)
 redis.call('DEL', KEYS[2])
 return reply
