@@ -15,7 +15,7 @@ from taskiq import TaskiqResult
 
 from taskiq_fanin import metrics
 from taskiq_fanin.inspection import text
-from taskiq_fanin.keys import GroupKeys, index_key
+from taskiq_fanin.keys import GroupKeys, group_keys, index_key
 from taskiq_fanin.labels import ContinuationRef, MemberRef
 from taskiq_fanin.models import FailurePolicy, GroupResult, MemberError
 from taskiq_fanin.scripts import Begin, CollectedOutcomes, Outcome, Recorded
@@ -75,7 +75,7 @@ async def record_member(
     fanin: "FanInMiddleware", ref: MemberRef, result: TaskiqResult[Any]
 ) -> Recorded:
     """Record a member's terminal outcome; finalise the group if it completed it."""
-    keys = GroupKeys(fanin.config.prefix, ref.group_id)
+    keys = group_keys(fanin.config.prefix, ref.group_id)
     if result.is_err:
         outcome = Outcome.FAILED
         payload = error_payload(result.error, fanin.config.max_result_bytes)
@@ -104,7 +104,7 @@ async def record_member(
             outcome.value,
         )
     if recorded in (Recorded.RECORDED, Recorded.CLAIMED):
-        metrics.MEMBERS_RECORDED.labels(outcome=outcome.value).inc()
+        metrics.member_recorded(outcome.value)
     if recorded is Recorded.CLAIMED:
         claimed = time.monotonic()
         # Should this worker die before the dispatch, the sweep looks again when

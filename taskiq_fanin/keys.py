@@ -7,6 +7,7 @@ group; it may be stale, and readers trust each group's own keys.
 
 import re
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 from taskiq_fanin.errors import InvalidGroupIdError
 
@@ -82,7 +83,7 @@ class GroupKeys:
         """String: the finaliser's lease, set with NX and an expiry."""
         return self._key("claim")
 
-    @property
+    @cached_property
     def all(self) -> tuple[str, ...]:
         """Every key of the group, in the order the scripts expect them."""
         return (
@@ -94,6 +95,12 @@ class GroupKeys:
             self.errors,
             self.claim,
         )
+
+
+@lru_cache(maxsize=4096)
+def group_keys(prefix: str, group_id: str) -> GroupKeys:
+    """The keys of a group, built once: every member of a busy group needs them."""
+    return GroupKeys(prefix, group_id)
 
 
 def index_key(prefix: str) -> str:

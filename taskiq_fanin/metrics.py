@@ -76,3 +76,13 @@ def record_sweep(findings: Iterable["Finding"]) -> None:
         SWEEP_FINDINGS.labels(kind=finding.kind.value).inc()
         stuck += finding.kind.value in ("stuck", "unplanned")
     STUCK_GROUPS.set(stuck)
+
+
+_RECORDED = {
+    outcome: MEMBERS_RECORDED.labels(outcome=outcome) for outcome in ("done", "failed")
+}
+
+
+def member_recorded(outcome: str) -> None:
+    """Count one recorded member outcome (the labelled child is looked up once)."""
+    _RECORDED[outcome].inc()

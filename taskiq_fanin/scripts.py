@@ -15,6 +15,7 @@ from typing import Any
 from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 
+from taskiq_fanin.batching import ScriptBatcher
 from taskiq_fanin.keys import GroupKeys
 
 RedisClient = Redis | RedisCluster
@@ -139,6 +140,8 @@ class Scripts:
             name: client.register_script(read_script(filename))
             for name, filename in SCRIPT_FILES.items()
         }
+        # The per-member hot path: completions that finish together share a trip.
+        self._record_outcome = ScriptBatcher(client, self._scripts["record_outcome"])
 
     async def create_group(
         self,
@@ -197,9 +200,8 @@ class Scripts:
         claimant: str,
     ) -> Recorded:
         """Record one member's outcome; ``CLAIMED`` means: you finalise."""
-        reply = await self._scripts["record_outcome"](
-            keys=keys.all,
-            args=[token, index, outcome.value, payload, now_ms, lease_ms, claimant],
+        reply = await self._record_outcome(
+            keys.all, [token, index, outcome.value, payload, now_ms, lease_ms, claimant]
         )
         return Recorded(reply[0])
 
