@@ -42,8 +42,10 @@ test: venv
 	@$(MAKE) --no-print-directory lint
 	$(BIN)/pytest -q
 
+# Real taskiq workers against REDIS_URL, else a throwaway redis-server, else an
+# embedded fakeredis; writes bench-results/. A quick run: make bench BENCH_ARGS=--quick
 bench: venv
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

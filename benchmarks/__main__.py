@@ -1,11 +1,201 @@
-"""Entry point of ``python -m benchmarks`` (``make bench``)."""
+"""``python -m benchmarks`` (``make bench``): all three benchmarks, one summary.
 
+Runs deadlock, duplicates and overhead against one Redis with real ``taskiq
+worker`` processes, shows progress while they run, prints one table of targets
+against measurements, and writes ``<out>/{deadlock,duplicates,overhead,summary}
+.json`` and ``<out>/summary.png``.
+
+    python -m benchmarks [--quick] [--only overhead ...] [--out bench-results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
 import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks import _chart, deadlock, duplicates, overhead
+from benchmarks._redis import RedisProvider, provide_redis
+from benchmarks._report import (
+    RESULTS_DIR,
+    Check,
+    Steps,
+    console,
+    print_checks,
+    progress_bars,
+    write_json,
+)
+from benchmarks._workers import install_cleanup, interrupted
+
+BENCHMARKS = ("deadlock", "duplicates", "overhead")
 
 
-def main() -> int:
-    print("benchmarks not written yet")
-    return 0
+def parser() -> argparse.ArgumentParser:
+    """Command-line options; the defaults are what ``make bench`` runs."""
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes and one repeat: a smoke run of a minute or two",
+    )
+    p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
+    p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output directory")
+    p.add_argument("--repeats", type=int, help="deadlock and overhead repeats")
+    p.add_argument("--sizes", type=int, nargs="+", help="overhead group sizes N")
+    p.add_argument("--wait-timeout", type=float, help="waiting parents' timeout (s)")
+    p.add_argument("--seed", type=int, help="duplicates: seed")
+    p.add_argument("--dup-rate", type=float, help="duplicates: share sent twice")
+    p.add_argument(
+        "--strict", action="store_true", help="exit 1 when a target is missed"
+    )
+    p.add_argument(
+        "--redis", choices=("auto", "server", "fake"), default="auto",
+        help=argparse.SUPPRESS,
+    )  # fmt: skip
+    return p
+
+
+def configure(
+    args: argparse.Namespace,
+) -> tuple[deadlock.Options, duplicates.Options, overhead.Options]:
+    """Each benchmark's options from the command line."""
+    dl = deadlock.Options(results_dir=args.out)
+    dup = duplicates.Options(results_dir=args.out)
+    ovh = overhead.Options(results_dir=args.out)
+    if args.quick:
+        dl = replace(dl, repeats=1, wait_timeout=2.0)
+        dup = replace(dup, albums=40)
+        ovh = replace(ovh, sizes=(500, 2000), repeats=1, count_n=400, warmup=200)
+    if args.repeats is not None:
+        dl = replace(dl, repeats=args.repeats)
+        ovh = replace(ovh, repeats=args.repeats)
+    if args.sizes:
+        ovh = replace(ovh, sizes=tuple(args.sizes))
+    if args.wait_timeout is not None:
+        dl = replace(dl, wait_timeout=args.wait_timeout)
+    if args.seed is not None:
+        dup = replace(dup, seed=args.seed)
+    if args.dup_rate is not None:
+        dup = replace(dup, dup_rate=args.dup_rate)
+    return dl, dup, ovh
+
+
+async def run_all(
+    provider: RedisProvider,
+    only: Sequence[str],
+    options: tuple[deadlock.Options, duplicates.Options, overhead.Options],
+    bars: Any,
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Run the chosen benchmarks one after the other.
+
+    Returns their JSON documents, and the error of any that failed: one broken
+    benchmark still leaves the others' results.
+    """
+    dl, dup, ovh = options
+    plan = {
+        "deadlock": (deadlock.run, dl, Steps(bars, "deadlock", dl.steps)),
+        "duplicates": (duplicates.run, dup, Steps(bars, "duplicates", dup.steps)),
+        "overhead": (overhead.run, ovh, Steps(bars, "overhead", ovh.steps)),
+    }
+    results: dict[str, dict[str, Any]] = {}
+    errors: dict[str, str] = {}
+    for name in BENCHMARKS:
+        if name not in only:
+            continue
+        run, opts, steps = plan[name]
+        try:
+            results[name] = await run(provider, opts, steps)  # type: ignore[operator]
+        except Exception as exc:
+            if _cancelling():
+                # Ctrl-C surfaced as another error (a connection closed under
+                # a command): stop here, do not start the next benchmark.
+                raise asyncio.CancelledError from exc
+            errors[name] = f"{type(exc).__name__}: {exc}"
+            steps.now(f"[red]failed: {type(exc).__name__}[/]")
+            console.print_exception(max_frames=8)
+    return results, errors
+
+
+def _cancelling() -> bool:
+    """Whether the running task is being cancelled (Ctrl-C)."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)  # 3.11+
+    return cancelling is not None and int(cancelling()) > 0
+
+
+def all_checks(
+    results: dict[str, dict[str, Any]], errors: dict[str, str]
+) -> list[Check]:
+    """Every target beside its measurement, in benchmark order."""
+    makers = {
+        "deadlock": deadlock.checks,
+        "duplicates": duplicates.checks,
+        "overhead": overhead.checks,
+    }
+    checks: list[Check] = []
+    for name in BENCHMARKS:
+        if name in results:
+            checks.extend(makers[name](results[name]))
+        elif name in errors:
+            checks.append(
+                Check(name, "ran to the end", "yes", errors[name][:60], False)
+            )
+    return checks
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run, report, write."""
+    args = parser().parse_args(argv)
+    options = configure(args)
+    install_cleanup()
+    began = time.perf_counter()
+    try:
+        with provide_redis(args.redis) as provider:
+            console.print(provider.description)
+            with progress_bars() as bars:
+                results, errors = asyncio.run(
+                    run_all(provider, args.only, options, bars)
+                )
+    except KeyboardInterrupt:
+        return interrupted()
+    seconds = time.perf_counter() - began
+    checks = all_checks(results, errors)
+    for name, data in results.items():
+        write_json(args.out / f"{name}.json", data)
+    write_json(
+        args.out / "summary.json",
+        {
+            "redis": provider.kind,
+            "quick": args.quick,
+            "wall_seconds": round(seconds, 1),
+            "checks": [asdict(check) for check in checks],
+            "errors": errors,
+            "missed": sum(1 for check in checks if check.met is False),
+        },
+    )
+    _chart.draw(
+        args.out / "summary.png",
+        results.get("deadlock"),
+        results.get("duplicates"),
+        results.get("overhead"),
+        ratio_target=overhead.TARGET_RATIO,
+        celery_commands=overhead.CELERY_CHORD_COMMANDS,
+    )
+    print_checks(checks)
+    console.print(
+        f"Wrote {args.out}/*.json and {args.out}/summary.png "
+        f"in {seconds / 60:.1f} min ({provider.description})."
+    )
+    missed = any(check.met is False for check in checks)
+    if errors:
+        return 2
+    return 1 if args.strict and missed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,134 @@
+"""Progress while the benchmarks run, and the table and JSON they leave behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+#: Where ``make bench`` writes its JSON, chart and worker logs.
+RESULTS_DIR = Path("bench-results")
+
+#: Piped into a file or CI log, the table keeps one line per row.
+console = Console(width=None if sys.stdout.isatty() else 120)
+
+
+@contextlib.contextmanager
+def progress_bars() -> Iterator[Progress]:
+    """A live progress display: one bar per benchmark."""
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        yield progress
+
+
+class Steps:
+    """One benchmark's bar: what it is doing now, and how many runs are done."""
+
+    def __init__(self, progress: Progress | None, name: str, total: int) -> None:
+        self.progress = progress
+        self.name = name
+        self.task: TaskID | None = None
+        if progress is not None:
+            self.task = progress.add_task(name, total=total)
+
+    def now(self, what: str) -> None:
+        """Say what the benchmark is doing."""
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, description=f"{self.name}: {what}")
+
+    def advance(self) -> None:
+        """One more run finished."""
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task)
+
+    def finish(self) -> None:
+        """The benchmark is done (whatever the planned count said)."""
+        if self.progress is not None and self.task is not None:
+            total = self.progress.tasks[self.task].total
+            self.progress.update(
+                self.task, description=f"{self.name}: done", completed=total
+            )
+
+
+def median(values: Sequence[float]) -> float:
+    """The median, rounded for JSON a person reads too."""
+    return round(statistics.median(values), 4)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as indented JSON, creating the directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the summary: a target beside what was measured.
+
+    ``met`` is ``None`` for a figure that is reported but has no target, or that
+    this Redis cannot measure.
+    """
+
+    benchmark: str
+    measure: str
+    target: str
+    measured: str
+    met: bool | None
+
+
+def checks_table(checks: Sequence[Check], title: str) -> Table:
+    """The summary a person reads at a glance."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("benchmark", style="bold")
+    table.add_column("measure")
+    table.add_column("target")
+    table.add_column("measured", justify="right")
+    table.add_column("met", justify="center")
+    mark = {True: "[green]yes[/]", False: "[red]NO[/]", None: "[dim]-[/]"}
+    for index, check in enumerate(checks):
+        following = checks[index + 1] if index + 1 < len(checks) else None
+        first = index == 0 or checks[index - 1].benchmark != check.benchmark
+        table.add_row(
+            check.benchmark if first else "",
+            check.measure,
+            check.target,
+            check.measured,
+            mark[check.met],
+            end_section=following is None or following.benchmark != check.benchmark,
+        )
+    return table
+
+
+def print_checks(
+    checks: Sequence[Check], title: str = "taskiq-fanin benchmarks"
+) -> None:
+    """Print the summary table and a line counting missed targets."""
+    console.print(checks_table(checks, title))
+    missed = [c for c in checks if c.met is False]
+    if missed:
+        console.print(f"[red]{len(missed)} target(s) missed.[/]")
+    else:
+        console.print("[green]Every target met.[/]")

@@ -1,0 +1,109 @@
+"""One run: its own keys and queue, a ready worker, and a clean Redis afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from redis.asyncio import Redis
+from taskiq import AsyncBroker
+
+from benchmarks._redis import delete_keys, stream_drained, wait_until
+from benchmarks._workers import PING_ENTRIES, WorkerProcess, group_processes
+from benchmarks.apps.common import CONSUMER_GROUP, AppSettings
+
+#: Where worker logs go, under the results directory.
+LOG_DIR = "logs"
+
+
+def new_settings(redis_url: str, bench: str, **options: object) -> AppSettings:
+    """Settings with a fresh key prefix and queue, so runs never see each other."""
+    keys = f"bench-{bench}-{uuid.uuid4().hex[:10]}"
+    return AppSettings(
+        redis_url=redis_url,
+        queue=f"{keys}:queue",
+        keys=keys,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+@dataclass
+class Run:
+    """A worker listening on the run's queue, and a client for probes.
+
+    ``entries`` is how many stream entries the run expects so far; a benchmark
+    adds what it kicks (and the continuations it expects) before waiting.
+    """
+
+    settings: AppSettings
+    broker: AsyncBroker
+    client: Redis
+    worker: WorkerProcess
+    entries: int = PING_ENTRIES
+
+    async def drained(self) -> bool:
+        """Every expected entry was delivered and acknowledged."""
+        return await stream_drained(self.client, self.settings.queue, self.entries)
+
+    async def wait_drained(self, timeout: float) -> bool:
+        """Wait (with a deadline) until :meth:`drained`."""
+        return await wait_until(
+            self.drained, timeout=timeout, check=self.worker.check_alive
+        )
+
+    def worker_cpu(self) -> float | None:
+        """CPU seconds used so far by the worker's processes (Linux only)."""
+        return group_cpu_seconds(self.worker.pgid)
+
+
+@contextlib.asynccontextmanager
+async def worker_run(
+    app: str,
+    broker: AsyncBroker,
+    settings: AppSettings,
+    *,
+    max_async_tasks: int,
+    results_dir: Path,
+    label: str,
+) -> AsyncIterator[Run]:
+    """Start a worker for ``app`` on the run's queue; clean everything up after.
+
+    ``broker`` is the benchmark's own (client) broker for the same settings.
+    """
+    client = Redis.from_url(settings.redis_url)
+    worker = WorkerProcess(
+        app,
+        settings,
+        max_async_tasks=max_async_tasks,
+        log_path=results_dir / LOG_DIR / f"{label}.log",
+    )
+    try:
+        await broker.startup()
+        worker.start()
+        await worker.wait_ready(broker, client)
+        yield Run(settings=settings, broker=broker, client=client, worker=worker)
+    finally:
+        worker.stop()
+        try:
+            await broker.shutdown()
+            lock = f"autoclaim:{CONSUMER_GROUP}:{settings.queue}"
+            await delete_keys(settings.redis_url, settings.keys, lock)
+            if settings.fanin_url and settings.fanin_url != settings.redis_url:
+                await delete_keys(settings.fanin_url, settings.keys)
+        finally:
+            await client.aclose()
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def group_cpu_seconds(pgid: int | None) -> float | None:
+    """User + system CPU seconds of the live processes of group ``pgid``."""
+    members = None if pgid is None else group_processes(pgid)
+    if members is None:
+        return None
+    return sum(ticks for _, _, ticks in members) / _CLOCK_TICKS

@@ -1,0 +1,80 @@
+"""No-op children, kicked as one library group or as plain tasks.
+
+The continuation can measure the group's keys at their peak: when it starts,
+the ledger and the done set are full and nothing is deleted yet. That costs one
+SCAN and a MEMORY USAGE per key, once per group, charged to the fan-in's time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+from taskiq import AsyncBroker, AsyncTaskiqDecoratedTask
+
+from benchmarks.apps.common import AppSettings, Recorder, attach_recorder, make_broker
+from taskiq_fanin import GroupResult
+
+Task = AsyncTaskiqDecoratedTask[Any, Any]
+
+#: SCAN page size when measuring the group's keys.
+_SCAN_COUNT = 1000
+
+
+@dataclass(frozen=True)
+class OverheadApp:
+    """The broker and the tasks of one run."""
+
+    broker: AsyncBroker
+    noop: Task
+    then: Task
+
+
+async def group_memory(settings: AppSettings, group_id: str) -> tuple[int, int]:
+    """Bytes (MEMORY USAGE of every element) and number of one group's keys.
+
+    Every key of a group is ``<prefix>:{<group id>}:<part>``; the shared index of
+    open groups (one entry per group) is left out.
+    """
+    client = Redis.from_url(settings.fanin_url)
+    total = keys = 0
+    pattern = f"{settings.fanin_prefix}:{{{group_id}}}:*"
+    try:
+        async for key in client.scan_iter(match=pattern, count=_SCAN_COUNT):
+            total += await client.memory_usage(key, samples=0) or 0
+            keys += 1
+    finally:
+        await client.aclose()
+    return total, keys
+
+
+def build(settings: AppSettings) -> OverheadApp:
+    """Register the no-op child and the continuation for ``settings``."""
+    broker = make_broker(settings)
+    recorder = Recorder(settings)
+    attach_recorder(broker, recorder)
+
+    @broker.task(task_name="bench.overhead.noop")
+    async def noop(index: int) -> None:
+        return None
+
+    @broker.task(task_name="bench.overhead.then")
+    async def then(result: GroupResult, measure: bool) -> None:
+        if measure:
+            try:
+                total, keys = await group_memory(settings, result.group_id)
+            except ResponseError:  # fakeredis has no MEMORY USAGE
+                return
+            await recorder.client.hset(
+                settings.record("memory"),
+                mapping={"bytes": total, "keys": keys, "members": result.total},
+            )
+
+    return OverheadApp(broker, noop, then)
+
+
+def worker_broker() -> AsyncBroker:
+    """Broker factory for ``taskiq worker`` (settings from the environment)."""
+    return build(AppSettings.from_env()).broker

@@ -1,0 +1,419 @@
+"""Waiting parents deadlock a bounded worker; the library's fan-in does not.
+
+Ten albums of five 200 ms resizes on one ``taskiq worker`` with 10 and with 20
+slots, three ways: parents that await their children's results, the library's
+``@group_task`` with a continuation, and a baseline of the same fifty children
+with no parent at all. Each run is timed from the first kick to the last album
+finished (baseline: the last child); the median of the repeats is reported.
+
+    python -m benchmarks.deadlock [--repeats 5] [--wait-timeout 5] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks._redis import RedisProvider, provide_redis, wait_until
+from benchmarks._report import (
+    RESULTS_DIR,
+    Check,
+    Steps,
+    console,
+    median,
+    print_checks,
+    progress_bars,
+    write_json,
+)
+from benchmarks._run import Run, new_settings, worker_run
+from benchmarks._workers import install_cleanup, interrupted
+from benchmarks.apps import deadlock as app
+from benchmarks.apps.common import BurstBroker
+
+APP = "benchmarks.apps.deadlock"
+PATTERNS = ("baseline", "fanin", "waiting")
+#: Seconds the untimed warm-up burst may take.
+WARMUP_TIMEOUT = 60.0
+#: How close the fan-in must come to the baseline at 10 slots (fraction).
+TARGET_FANIN_MARGIN = 0.03
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to run; the defaults are ``make bench``'s."""
+
+    albums: int = 10
+    slots: tuple[int, ...] = (10, 20)
+    repeats: int = 5
+    #: The waiting parents' ``wait_result`` timeout (the seed used 30 s).
+    wait_timeout: float = 5.0
+    #: Seconds a fan-in or baseline run may take before it counts as stuck.
+    timeout: float = 60.0
+    results_dir: Path = RESULTS_DIR
+
+    @property
+    def steps(self) -> int:
+        """Runs, for the progress bar."""
+        return len(PATTERNS) * len(self.slots) * self.repeats
+
+    @property
+    def children(self) -> int:
+        """Resize jobs in one run."""
+        return self.albums * app.IMAGES
+
+
+def ideal_seconds(children: int, slots: int) -> float:
+    """The bound the slots allow: full waves of 200 ms resizes."""
+    return round(math.ceil(children / slots) * app.RESIZE_SECONDS, 4)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One run: albums finished, and seconds from the first kick."""
+
+    finished: int
+    seconds: float
+    gave_up: int
+    #: Seconds from the first kick until the first resize began (its end minus
+    #: its 200 ms) and until the last resize ended: where the time went.
+    first_child_started: float | None = None
+    last_child_finished: float | None = None
+
+
+async def _stamps(run: Run, name: str) -> dict[str, float]:
+    raw = await run.client.hgetall(run.settings.record(name))
+    return {_text(k): float(v) for k, v in raw.items()}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def _kick(tasks: app.DeadlockApp, pattern: str, albums: int) -> None:
+    """Kick the whole burst in one transaction: a burst of parents arriving.
+
+    Kicked one by one, the first parents' children could reach the stream ahead
+    of the last parents and take slots they would otherwise never get, which
+    makes the deadlock (and every timing) depend on how fast the worker reacts.
+    """
+    broker = tasks.broker
+    assert isinstance(broker, BurstBroker)
+    if pattern == "waiting":
+        kicks = [tasks.album_waiting.kiq(album) for album in range(albums)]
+    elif pattern == "fanin":
+        kicks = [tasks.make_album.kiq(album) for album in range(albums)]
+    else:
+        kicks = [
+            tasks.resize.kiq(album, image)
+            for album in range(albums)
+            for image in range(app.IMAGES)
+        ]
+    async with broker.burst():
+        await asyncio.gather(*kicks)
+
+
+async def _outcome(run: Run, pattern: str, albums: int, started: float) -> Outcome:
+    """Read the stamps the tasks left and turn them into an outcome."""
+    children = await _stamps(run, "children")
+    gave_up: dict[str, float] = {}
+    if pattern == "baseline":
+        per_album: dict[str, int] = {}
+        for key in children:
+            album = key.split(":")[0]
+            per_album[album] = per_album.get(album, 0) + 1
+        finished = sum(1 for count in per_album.values() if count == app.IMAGES)
+        ends = list(children.values())
+    else:
+        done = await _stamps(run, "albums")
+        gave_up = await _stamps(run, "gave_up")
+        finished = len(done)
+        # With no album finished, the run lasted until the last parent gave up.
+        ends = list(done.values()) or list(gave_up.values())
+    seconds = (max(ends) - started) if ends else time.time() - started
+    child_ends = [end - started for end in children.values()]
+    return Outcome(
+        finished=finished,
+        seconds=seconds,
+        gave_up=len(gave_up),
+        first_child_started=min(child_ends) - app.RESIZE_SECONDS
+        if child_ends
+        else None,
+        last_child_finished=max(child_ends) if child_ends else None,
+    )
+
+
+#: Stream entries one album adds: parent, children and continuation, as used.
+ENTRIES_PER_ALBUM = {
+    "baseline": app.IMAGES,
+    "fanin": 1 + app.IMAGES + 1,
+    "waiting": 1 + app.IMAGES,
+}
+_RECORDS = ("albums", "gave_up", "children")
+
+
+def warmup_albums(pattern: str, albums: int, slots: int) -> int:
+    """Albums in the untimed warm-up burst: all of them, unless that deadlocks.
+
+    Waiting parents get only as many albums as fit beside their children.
+    """
+    if pattern == "waiting":
+        return max(1, min(albums, slots // (1 + app.IMAGES)))
+    return albums
+
+
+async def warm_up(run: Run, tasks: app.DeadlockApp, pattern: str, albums: int) -> None:
+    """Run one untimed burst in the same worker, then forget its records.
+
+    A fresh worker opens its Redis connections on first use; a worker that has
+    been running a while has them. Without this, the first burst of every run
+    would pay for connecting (a few round trips per connection), and the
+    patterns that open more connections at once would pay more.
+    """
+    await _kick(tasks, pattern, albums)
+    run.entries += albums * ENTRIES_PER_ALBUM[pattern]
+    if not await run.wait_drained(WARMUP_TIMEOUT):
+        msg = f"deadlock warm-up ({pattern}) did not finish in {WARMUP_TIMEOUT:g}s"
+        raise TimeoutError(msg)
+    await run.client.delete(*(run.settings.record(name) for name in _RECORDS))
+
+
+async def one_run(
+    provider: RedisProvider, options: Options, pattern: str, slots: int, label: str
+) -> Outcome:
+    """Kick the albums the ``pattern`` way on a worker with ``slots`` slots."""
+    settings = new_settings(
+        provider.url,
+        "dl",
+        fanin_url=provider.url if pattern == "fanin" else "",
+        results=pattern == "waiting",
+        wait_timeout=options.wait_timeout,
+    )
+    tasks = app.build(settings, burst=True)
+    async with worker_run(
+        APP,
+        tasks.broker,
+        settings,
+        max_async_tasks=slots,
+        results_dir=options.results_dir,
+        label=f"deadlock-{label}",
+    ) as run:
+        albums = options.albums
+        await warm_up(run, tasks, pattern, warmup_albums(pattern, albums, slots))
+
+        async def over() -> bool:
+            if pattern == "baseline":
+                return await run.client.hlen(settings.record("children")) >= (
+                    options.children
+                )
+            ended = await run.client.hlen(settings.record("albums"))
+            ended += await run.client.hlen(settings.record("gave_up"))
+            return ended >= albums
+
+        # Parents give up after a wait per child; the others have a deadline.
+        limit = (
+            options.wait_timeout * app.IMAGES + options.timeout
+            if pattern == "waiting"
+            else options.timeout
+        )
+        started = time.time()
+        await _kick(tasks, pattern, albums)
+        await wait_until(over, timeout=limit, check=run.worker.check_alive)
+        return await _outcome(run, pattern, albums, started)
+
+
+def _phases(results: Sequence[Outcome]) -> dict[str, float | None]:
+    """Medians of when the first resize began and the last one ended."""
+    phases: dict[str, float | None] = {}
+    for name in ("first_child_started", "last_child_finished"):
+        values = [getattr(o, name) for o in results if getattr(o, name) is not None]
+        phases[name] = median(values) if values else None
+    return phases
+
+
+def summarize(
+    options: Options, outcomes: dict[tuple[str, int], list[Outcome]]
+) -> dict[str, Any]:
+    """The JSON document: medians of the repeats, and what they were."""
+    runs = []
+    for (pattern, slots), results in outcomes.items():
+        finished = [o.finished for o in results]
+        runs.append(
+            {
+                "pattern": pattern,
+                "slots": slots,
+                "albums_finished": int(sorted(finished)[(len(finished) - 1) // 2]),
+                "albums": options.albums,
+                "seconds": median([o.seconds for o in results]),
+                "samples": {
+                    "seconds": [round(o.seconds, 4) for o in results],
+                    "albums_finished": finished,
+                    "parents_gave_up": [o.gave_up for o in results],
+                },
+                "phases": _phases(results),
+            }
+        )
+    return {
+        "runs": runs,
+        "ideal_seconds": {
+            str(slots): ideal_seconds(options.children, slots)
+            for slots in options.slots
+        },
+        "repeats": options.repeats,
+        "statistic": "median of the repeats (samples lists every repeat)",
+        "wait_timeout": options.wait_timeout,
+        "resize_seconds": app.RESIZE_SECONDS,
+        "images_per_album": app.IMAGES,
+    }
+
+
+async def run(
+    provider: RedisProvider, options: Options, steps: Steps
+) -> dict[str, Any]:
+    """Every pattern at every slot count, repeats interleaved; the JSON document."""
+    outcomes: dict[tuple[str, int], list[Outcome]] = {
+        (pattern, slots): [] for slots in options.slots for pattern in PATTERNS
+    }
+    for repeat in range(1, options.repeats + 1):
+        for slots in options.slots:
+            for pattern in PATTERNS:
+                steps.now(f"{pattern}, {slots} slots, run {repeat}/{options.repeats}")
+                outcome = await one_run(
+                    provider, options, pattern, slots, f"{pattern}-{slots}-{repeat}"
+                )
+                outcomes[pattern, slots].append(outcome)
+                steps.advance()
+    steps.finish()
+    data = summarize(options, outcomes)
+    data["redis"] = provider.kind
+    return data
+
+
+def _find(data: dict[str, Any], pattern: str, slots: int) -> dict[str, Any] | None:
+    for row in data["runs"]:
+        if row["pattern"] == pattern and row["slots"] == slots:
+            return row  # type: ignore[no-any-return]
+    return None
+
+
+def _finished(row: dict[str, Any]) -> str:
+    samples = row["samples"]["albums_finished"]
+    spread = "" if len(set(samples)) == 1 else f" (runs: {samples})"
+    return f"{row['albums_finished']} of {row['albums']}{spread}"
+
+
+def checks(data: dict[str, Any]) -> list[Check]:
+    """The deadlock targets beside what was measured."""
+    result: list[Check] = []
+    wanted = {(10, "waiting"): 0, (20, "waiting"): None, (10, "fanin"): None}
+    for (slots, pattern), expected in wanted.items():
+        row = _find(data, pattern, slots)
+        if row is None:
+            continue
+        samples = row["samples"]["albums_finished"]
+        goal = row["albums"] if expected is None else expected
+        result.append(
+            Check(
+                "deadlock",
+                f"{pattern}, {slots} slots: albums finished",
+                f"{goal} of {row['albums']}",
+                _finished(row),
+                all(s == goal for s in samples),
+            )
+        )
+    fanin, base = _find(data, "fanin", 10), _find(data, "baseline", 10)
+    if fanin is not None and base is not None:
+        over = fanin["seconds"] / base["seconds"] - 1
+        result.append(
+            Check(
+                "deadlock",
+                "fanin vs baseline, 10 slots: time",
+                f"within {TARGET_FANIN_MARGIN:.0%}",
+                f"{fanin['seconds']:.3f} s vs {base['seconds']:.3f} s ({over:+.1%})",
+                # fakeredis runs in the benchmark's process: its times say little.
+                over <= TARGET_FANIN_MARGIN
+                if data.get("redis") != "fakeredis"
+                else None,
+            )
+        )
+    counts = sorted(int(key) for key in data["ideal_seconds"])
+    ideal = " / ".join(f"{data['ideal_seconds'][str(s)]:g}" for s in counts)
+    for pattern in PATTERNS:
+        rows = [_find(data, pattern, s) for s in counts]
+        times = " / ".join(
+            "-" if row is None else f"{row['seconds']:.3f}" for row in rows
+        )
+        result.append(
+            Check(
+                "deadlock",
+                f"{pattern}: seconds at {' / '.join(map(str, counts))} slots",
+                f"ideal {ideal}",
+                times,
+                None,
+            )
+        )
+    return result
+
+
+def parser() -> argparse.ArgumentParser:
+    """Command-line options (defaults: ``make bench``)."""
+    defaults = Options()
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.deadlock", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--repeats", type=int, default=defaults.repeats)
+    p.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=defaults.wait_timeout,
+        help="the waiting parents' wait_result timeout in seconds (seed: 30)",
+    )
+    p.add_argument("--slots", type=int, nargs="+", default=list(defaults.slots))
+    p.add_argument(
+        "--json", type=Path, default=RESULTS_DIR / "deadlock.json", help="output"
+    )
+    p.add_argument(
+        "--redis", choices=("auto", "server", "fake"), default="auto",
+        help=argparse.SUPPRESS,
+    )  # fmt: skip
+    return p
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    """Options from parsed arguments."""
+    return Options(
+        slots=tuple(args.slots),
+        repeats=args.repeats,
+        wait_timeout=args.wait_timeout,
+        results_dir=args.json.parent,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the deadlock benchmark alone."""
+    args = parser().parse_args(argv)
+    options = options_from(args)
+    install_cleanup()
+    try:
+        with provide_redis(args.redis) as provider:
+            console.print(provider.description)
+            with progress_bars() as bars:
+                data = asyncio.run(
+                    run(provider, options, Steps(bars, "deadlock", options.steps))
+                )
+    except KeyboardInterrupt:
+        return interrupted()
+    write_json(args.json, data)
+    print_checks(checks(data), title="deadlock")
+    console.print(f"JSON: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

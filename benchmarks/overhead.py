@@ -1,0 +1,523 @@
+"""What a group costs next to the same tasks kicked plainly.
+
+N no-op children kicked as one library group with a continuation, beside the
+same N kicked as plain tasks (a worker without the fan-in middleware), on the
+same worker settings; A/B interleaved, medians of the repeats. Each side is
+timed from its first kick until its stream is drained (every entry delivered and
+acknowledged, the continuation's included). A separate untimed pass counts the
+commands with MONITOR; the timed group runs also read the group's memory at its
+peak, from the continuation.
+
+    python -m benchmarks.overhead [--sizes 2000 20000] [--repeats 3] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from benchmarks._counting import MonitorTap, Tally, commandstats_calls
+from benchmarks._redis import RedisProvider, provide_redis
+from benchmarks._report import (
+    RESULTS_DIR,
+    Check,
+    Steps,
+    console,
+    median,
+    print_checks,
+    progress_bars,
+    write_json,
+)
+from benchmarks._run import new_settings, worker_run
+from benchmarks._workers import install_cleanup, interrupted
+from benchmarks.apps import overhead as app
+from taskiq_fanin import Signature, group
+
+APP = "benchmarks.apps.overhead"
+
+#: The most that the fan-in's wall time may exceed the plain tasks' (ratio).
+TARGET_RATIO = 1.05
+#: Client round trips one child completion may cost.
+TARGET_ROUND_TRIPS = 1.0
+#: Commands a Celery 5.7 chord runs in Redis per completion; ours must be fewer.
+CELERY_CHORD_COMMANDS = 12
+#: Ratios the seed measured for other fan-ins on the same kind of run.
+PEERS = {
+    "seed's SADD/SCARD/SET NX recipe": 1.24,
+    "Celery 5.7 chord": 1.17,
+    "taskiq-pipelines map": 2.54,
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to run; the defaults are ``make bench``'s."""
+
+    sizes: tuple[int, ...] = (2000, 20000)
+    repeats: int = 3
+    max_async_tasks: int = 100
+    #: Plain kicks in flight at once: the library's own dispatch default.
+    kick_concurrency: int = 64
+    #: Children in the untimed warm-up that precedes every timed run.
+    warmup: int = 500
+    #: Group size of the MONITOR counting pass (0 skips it).
+    count_n: int = 2000
+    #: Seconds one run may take before it counts as stuck.
+    timeout: float = 600.0
+    results_dir: Path = RESULTS_DIR
+
+    @property
+    def steps(self) -> int:
+        """Runs, for the progress bar."""
+        counting = 4 if self.count_n else 0
+        return 2 * self.repeats * len(self.sizes) + counting
+
+
+@dataclass
+class Sample:
+    """One timed run of one side."""
+
+    side: str
+    n: int
+    seconds: float
+    kick_seconds: float
+    cpu: dict[str, float | None] = field(default_factory=dict)
+    peak_bytes: int | None = None
+
+
+async def _redis_cpu(client: Redis) -> float | None:
+    """CPU seconds the Redis server has used (``None``: no INFO, as on fakeredis)."""
+    try:
+        info = await client.info("cpu")
+    except ResponseError:
+        return None
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _used(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
+
+
+async def _kick(
+    tasks: app.OverheadApp, side: str, n: int, *, concurrency: int, measure: bool
+) -> int:
+    """Kick ``n`` children the ``side`` way; returns the stream entries expected."""
+    if side == "fanin":
+        members = [Signature.of(tasks.noop, index) for index in range(n)]
+        await group(members, then=Signature.of(tasks.then, measure)).kiq(tasks.broker)
+        return n + 1
+    limit = asyncio.Semaphore(concurrency)
+
+    async def kick(index: int) -> None:
+        async with limit:
+            await tasks.noop.kiq(index)
+
+    await asyncio.gather(*(kick(index) for index in range(n)))
+    return n
+
+
+async def one_run(
+    provider: RedisProvider,
+    options: Options,
+    side: str,
+    n: int,
+    *,
+    label: str,
+    fanin_url: str | None = None,
+    measure: bool = True,
+    tap: bool = False,
+) -> tuple[Sample, dict[str, Tally]]:
+    """Kick ``n`` children as ``side`` ('fanin' or 'plain') and wait for the drain.
+
+    An untimed warm-up of the same side runs first in the same worker, so that
+    neither side pays for opening connections. With ``tap``, MONITOR counts
+    every command from the first timed kick to the drain.
+    """
+    fanin = fanin_url or provider.url
+    settings = new_settings(
+        provider.url, "ovh", fanin_url=fanin if side == "fanin" else ""
+    )
+    tasks = app.build(settings)
+    async with (
+        worker_run(
+            APP,
+            tasks.broker,
+            settings,
+            max_async_tasks=options.max_async_tasks,
+            results_dir=options.results_dir,
+            label=f"overhead-{label}",
+        ) as run,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        run.entries += await _kick(
+            tasks, side, min(n, options.warmup), concurrency=options.kick_concurrency,
+            measure=False,
+        )  # fmt: skip
+        if not await run.wait_drained(options.timeout):
+            msg = f"overhead {label}: warm-up not drained in {options.timeout:g}s"
+            raise TimeoutError(msg)
+        taps: dict[str, MonitorTap] = {}
+        if tap:
+            for role, url in (("broker", provider.url), ("fanin", fanin)):
+                if role == "broker" or url != provider.url:
+                    tap_ = MonitorTap(url, settings.fanin_prefix)
+                    taps[role] = await stack.enter_async_context(tap_)
+        stats_before = {
+            role: await commandstats_calls(t.url) for role, t in taps.items()
+        }
+        redis_before = await _redis_cpu(run.client)
+        worker_before = run.worker_cpu()
+        client_before = time.process_time()
+        started = time.perf_counter()
+        run.entries += await _kick(
+            tasks, side, n, concurrency=options.kick_concurrency, measure=measure
+        )
+        kicked = time.perf_counter()
+        if not await run.wait_drained(options.timeout):
+            msg = f"overhead {label}: not drained in {options.timeout:g}s"
+            raise TimeoutError(msg)
+        seconds = time.perf_counter() - started
+        worker_after = run.worker_cpu()
+        cpu = {
+            "worker": _used(worker_before, worker_after),
+            "redis": _used(redis_before, await _redis_cpu(run.client)),
+            "client": time.process_time() - client_before,
+        }
+        tallies = {role: await t.stop() for role, t in taps.items()}
+        for role, tally in tallies.items():
+            tally.commandstats = (
+                await commandstats_calls(taps[role].url) - stats_before[role]
+            )
+        peak = None
+        if side == "fanin" and measure:
+            raw = await run.client.hget(settings.record("memory"), "bytes")
+            peak = int(raw) if raw is not None else None
+    sample = Sample(side, n, seconds, kicked - started, cpu, peak)
+    return sample, tallies
+
+
+def _per_task_us(samples: Sequence[Sample], part: str) -> float | None:
+    """Median CPU microseconds per child of one part, over the repeats."""
+    per_child = []
+    for sample in samples:
+        seconds = sample.cpu.get(part)
+        if seconds is None:
+            return None
+        per_child.append(seconds / sample.n * 1e6)
+    return round(statistics.median(per_child), 1)
+
+
+def summarize_size(n: int, samples: Sequence[Sample]) -> dict[str, Any]:
+    """One JSON row: medians of the repeats, and what they were."""
+    fanin = [s for s in samples if s.side == "fanin"]
+    plain = [s for s in samples if s.side == "plain"]
+    fanin_seconds = median([s.seconds for s in fanin])
+    plain_seconds = median([s.seconds for s in plain])
+    peaks = [s.peak_bytes for s in fanin if s.peak_bytes is not None]
+    return {
+        "n": n,
+        "fanin_seconds": fanin_seconds,
+        "plain_seconds": plain_seconds,
+        "ratio": round(fanin_seconds / plain_seconds, 4),
+        "bytes_per_member": round(median(peaks) / n, 1) if peaks else None,
+        "pair_ratios": [
+            round(f.seconds / p.seconds, 4) for f, p in zip(fanin, plain, strict=True)
+        ],
+        "samples": {
+            "fanin_seconds": [round(s.seconds, 4) for s in fanin],
+            "plain_seconds": [round(s.seconds, 4) for s in plain],
+            "fanin_kick_seconds": [round(s.kick_seconds, 4) for s in fanin],
+            "plain_kick_seconds": [round(s.kick_seconds, 4) for s in plain],
+        },
+        "cpu_us_per_child": {
+            side: {
+                part: _per_task_us(group_, part)
+                for part in ("worker", "redis", "client")
+            }
+            for side, group_ in (("fanin", fanin), ("plain", plain))
+        },
+    }
+
+
+async def count_commands(
+    provider: RedisProvider, options: Options, steps: Steps
+) -> dict[str, Any]:
+    """The untimed MONITOR pass: per-completion and per-group command counts.
+
+    Runs both sides at two group sizes; the difference between the sizes is the
+    cost of one more child, and what is left is the group's fixed cost. The
+    fan-in keeps its keys on a Redis of its own when one can be started.
+    """
+    sizes = (options.count_n // 2, options.count_n)
+    with provider.second() as (fanin_url, separate):
+        tallies: dict[tuple[str, int], Tally] = {}
+        stats_check: dict[str, int] = {}
+        for n in sizes:
+            for side in ("plain", "fanin"):
+                steps.now(f"counting pass: {side}, n={n}")
+                _, by_role = await one_run(
+                    provider,
+                    options,
+                    side,
+                    n,
+                    label=f"count-{side}-{n}",
+                    fanin_url=fanin_url,
+                    measure=False,
+                    tap=True,
+                )
+                if separate and side == "fanin" and n == sizes[1]:
+                    # Alone on its server, the fan-in's every command is counted
+                    # by INFO commandstats too: the two counts must agree.
+                    stats_check = {
+                        "commandstats": by_role["fanin"].commandstats,
+                        "monitor": by_role["fanin"].executed
+                        + sum(by_role["fanin"].polling.values()),
+                    }
+                tallies[side, n] = sum(by_role.values(), Tally())
+                steps.advance()
+    return _command_costs(tallies, sizes, separate, stats_check)
+
+
+def _command_costs(
+    tallies: dict[tuple[str, int], Tally],
+    sizes: tuple[int, int],
+    separate: bool,
+    stats_check: dict[str, int],
+) -> dict[str, Any]:
+    small, large = sizes
+
+    def delta(n: int, measure: str) -> int:
+        return int(
+            getattr(tallies["fanin", n], measure)
+            - getattr(tallies["plain", n], measure)
+        )
+
+    costs: dict[str, Any] = {}
+    for measure in ("round_trips", "executed"):
+        per_child = (delta(large, measure) - delta(small, measure)) / (large - small)
+        per_group = delta(large, measure) - per_child * large
+        costs[measure] = {
+            "per_child": round(per_child, 4),
+            "per_group": round(per_group, 2),
+        }
+    script_inner = {
+        n: sum(tallies["fanin", n].lua.values()) - sum(tallies["plain", n].lua.values())
+        for n in sizes
+    }
+    return {
+        "method": (
+            "MONITOR on every server, untimed; per child = (group run - plain run) at "
+            f"n={large} minus the same at n={small}, divided by {large - small}; "
+            "per group = what is left. Stream polling (XREADGROUP, XAUTOCLAIM and its "
+            "lock) is excluded: it runs per fetched batch and varies with timing."
+        ),
+        "sizes": list(sizes),
+        "fanin_on_own_server": separate,
+        "round_trips_per_child": costs["round_trips"]["per_child"],
+        "round_trips_per_group": costs["round_trips"]["per_group"],
+        "redis_commands_per_child": costs["executed"]["per_child"],
+        "redis_commands_per_group": costs["executed"]["per_group"],
+        "script_commands_per_child": round(
+            (script_inner[large] - script_inner[small]) / (large - small), 4
+        ),
+        "commandstats_check": stats_check or None,
+        "by_command": {
+            f"{side}-{n}": {
+                "client": dict(t.client),
+                "lua": dict(t.lua),
+                "polling": dict(t.polling),
+            }
+            for (side, n), t in tallies.items()
+        },
+    }
+
+
+async def run(
+    provider: RedisProvider, options: Options, steps: Steps
+) -> dict[str, Any]:
+    """Every size, A/B interleaved, then the counting pass; the JSON document."""
+    rows: list[dict[str, Any]] = []
+    for n in options.sizes:
+        samples: list[Sample] = []
+        for repeat in range(1, options.repeats + 1):
+            for side in ("plain", "fanin"):
+                steps.now(f"n={n}, {side}, run {repeat}/{options.repeats}")
+                sample, _ = await one_run(
+                    provider, options, side, n, label=f"{side}-{n}-{repeat}"
+                )
+                samples.append(sample)
+                steps.advance()
+        rows.append(summarize_size(n, samples))
+    counts = (
+        await count_commands(provider, options, steps)
+        if options.count_n and provider.can_monitor
+        else None
+    )
+    for row in rows:
+        row["round_trips_per_child"] = (
+            counts["round_trips_per_child"] if counts else None
+        )
+        row["redis_commands_per_child"] = (
+            counts["redis_commands_per_child"] if counts else None
+        )
+        if counts:
+            row["round_trips_per_child_amortized"] = round(
+                counts["round_trips_per_child"]
+                + counts["round_trips_per_group"] / row["n"],
+                4,
+            )
+            row["redis_commands_per_child_amortized"] = round(
+                counts["redis_commands_per_child"]
+                + counts["redis_commands_per_group"] / row["n"],
+                4,
+            )
+    steps.finish()
+    return {
+        "runs": rows,
+        "repeats": options.repeats,
+        "max_async_tasks": options.max_async_tasks,
+        "kick_concurrency": options.kick_concurrency,
+        "counting": counts,
+        "peers_ratio": PEERS,
+        "redis": provider.kind,
+    }
+
+
+def checks(data: dict[str, Any]) -> list[Check]:
+    """The overhead targets beside what was measured."""
+    result: list[Check] = []
+    # An embedded fakeredis runs every script through lupa in the benchmark's
+    # own process: its times say nothing about the library.
+    timed = data.get("redis") != "fakeredis"
+    for row in data["runs"]:
+        n = row["n"]
+        result.append(
+            Check(
+                "overhead",
+                f"wall time fan-in / plain, N={n:,}",
+                f"<= {TARGET_RATIO}",
+                f"{row['ratio']:.3f} ({row['fanin_seconds']:.2f} s"
+                f" / {row['plain_seconds']:.2f} s)",
+                row["ratio"] <= TARGET_RATIO if timed else None,
+            )
+        )
+    first = data["runs"][0]
+    trips = first.get("round_trips_per_child")
+    commands = first.get("redis_commands_per_child")
+    result.append(
+        Check(
+            "overhead",
+            "round trips per child completion",
+            f"<= {TARGET_ROUND_TRIPS:g}",
+            "not measurable here" if trips is None else f"{trips:.2f}",
+            None if trips is None else trips <= TARGET_ROUND_TRIPS,
+        )
+    )
+    result.append(
+        Check(
+            "overhead",
+            "commands in Redis per completion",
+            f"< {CELERY_CHORD_COMMANDS} (Celery 5.7 chord)",
+            "not measurable here" if commands is None else f"{commands:.2f}",
+            None if commands is None else commands < CELERY_CHORD_COMMANDS,
+        )
+    )
+    memory = [
+        f"{row['bytes_per_member']:.0f} B (N={row['n']:,})"
+        for row in data["runs"]
+        if row.get("bytes_per_member") is not None
+    ]
+    result.append(
+        Check(
+            "overhead",
+            "Redis memory per member, at peak",
+            "reported",
+            ", ".join(memory) or "not measurable here",
+            None,
+        )
+    )
+    return result
+
+
+def parser() -> argparse.ArgumentParser:
+    """Command-line options (defaults: ``make bench``)."""
+    defaults = Options()
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.overhead", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=list(defaults.sizes),
+        help="group sizes N",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=defaults.repeats, help="runs per side and size"
+    )
+    p.add_argument("--max-async-tasks", type=int, default=defaults.max_async_tasks)
+    p.add_argument(
+        "--count-n",
+        type=int,
+        default=defaults.count_n,
+        help="size of the MONITOR counting pass (0: skip)",
+    )
+    p.add_argument(
+        "--json",
+        type=Path,
+        default=RESULTS_DIR / "overhead.json",
+        help="where to write the results",
+    )
+    p.add_argument(
+        "--redis",
+        choices=("auto", "server", "fake"),
+        default="auto",
+        help=argparse.SUPPRESS,
+    )
+    return p
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    """Options from parsed arguments."""
+    return Options(
+        sizes=tuple(args.sizes),
+        repeats=args.repeats,
+        max_async_tasks=args.max_async_tasks,
+        count_n=args.count_n,
+        results_dir=args.json.parent,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the overhead benchmark alone."""
+    args = parser().parse_args(argv)
+    options = options_from(args)
+    install_cleanup()
+    try:
+        with provide_redis(args.redis) as provider:
+            console.print(provider.description)
+            with progress_bars() as bars:
+                data = asyncio.run(
+                    run(provider, options, Steps(bars, "overhead", options.steps))
+                )
+    except KeyboardInterrupt:
+        return interrupted()
+    write_json(args.json, data)
+    print_checks(checks(data), title="overhead")
+    console.print(f"JSON: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
