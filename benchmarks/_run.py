@@ -2,18 +2,40 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from redis.asyncio import Redis
 from taskiq import AsyncBroker
 
-from benchmarks._redis import delete_keys, stream_drained, wait_until
-from benchmarks._workers import PING_ENTRIES, WorkerProcess, group_processes
+from benchmarks._redis import (
+    RedisProvider,
+    delete_keys,
+    provide_redis,
+    stream_drained,
+    wait_until,
+)
+from benchmarks._report import (
+    Check,
+    Steps,
+    console,
+    print_checks,
+    progress_bars,
+    write_json,
+)
+from benchmarks._workers import (
+    PING_ENTRIES,
+    WorkerProcess,
+    group_processes,
+    install_cleanup,
+    interrupted,
+)
 from benchmarks.apps.common import CONSUMER_GROUP, AppSettings
 
 #: Where worker logs go, under the results directory.
@@ -107,3 +129,29 @@ def group_cpu_seconds(pgid: int | None) -> float | None:
     if members is None:
         return None
     return sum(ticks for _, _, ticks in members) / _CLOCK_TICKS
+
+
+def run_alone(
+    name: str,
+    run: Callable[[RedisProvider, Any, Steps], Coroutine[Any, Any, dict[str, Any]]],
+    checks: Callable[[dict[str, Any]], list[Check]],
+    options: Any,
+    *,
+    redis_choice: str,
+    json_path: Path,
+) -> int:
+    """``python -m benchmarks.<name>``: one benchmark, its table and its JSON."""
+    install_cleanup()
+    try:
+        with provide_redis(redis_choice) as provider:
+            console.print(provider.description)
+            with progress_bars() as bars:
+                data = asyncio.run(
+                    run(provider, options, Steps(bars, name, options.steps))
+                )
+    except KeyboardInterrupt:
+        return interrupted()
+    write_json(json_path, data)
+    print_checks(checks(data), title=name)
+    console.print(f"JSON: {json_path}")
+    return 0

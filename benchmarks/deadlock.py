@@ -21,19 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._redis import RedisProvider, provide_redis, wait_until
+from benchmarks._redis import RedisProvider, wait_until
 from benchmarks._report import (
     RESULTS_DIR,
     Check,
     Steps,
-    console,
     median,
-    print_checks,
-    progress_bars,
-    write_json,
 )
-from benchmarks._run import Run, new_settings, worker_run
-from benchmarks._workers import install_cleanup, interrupted
+from benchmarks._run import Run, new_settings, run_alone, worker_run
 from benchmarks.apps import deadlock as app
 from benchmarks.apps.common import BurstBroker
 
@@ -398,21 +393,14 @@ def options_from(args: argparse.Namespace) -> Options:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the deadlock benchmark alone."""
     args = parser().parse_args(argv)
-    options = options_from(args)
-    install_cleanup()
-    try:
-        with provide_redis(args.redis) as provider:
-            console.print(provider.description)
-            with progress_bars() as bars:
-                data = asyncio.run(
-                    run(provider, options, Steps(bars, "deadlock", options.steps))
-                )
-    except KeyboardInterrupt:
-        return interrupted()
-    write_json(args.json, data)
-    print_checks(checks(data), title="deadlock")
-    console.print(f"JSON: {args.json}")
-    return 0
+    return run_alone(
+        "deadlock",
+        run,
+        checks,
+        options_from(args),
+        redis_choice=args.redis,
+        json_path=args.json,
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ at their start whether every distinct child had finished.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import random
 import sys
 from collections.abc import Sequence
@@ -23,18 +22,14 @@ from typing import Any
 
 from taskiq import TaskiqMessage, TaskiqMiddleware
 
-from benchmarks._redis import RedisProvider, provide_redis, stream_drained, wait_until
+from benchmarks._redis import RedisProvider, stream_drained, wait_until
 from benchmarks._report import (
     RESULTS_DIR,
     Check,
     Steps,
     console,
-    print_checks,
-    progress_bars,
-    write_json,
 )
-from benchmarks._run import Run, new_settings, worker_run
-from benchmarks._workers import install_cleanup, interrupted
+from benchmarks._run import Run, new_settings, run_alone, worker_run
 from benchmarks.apps import duplicates as app
 from taskiq_fanin import Signature, group
 
@@ -320,21 +315,14 @@ def options_from(args: argparse.Namespace) -> Options:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the duplicates benchmark alone."""
     args = parser().parse_args(argv)
-    options = options_from(args)
-    install_cleanup()
-    try:
-        with provide_redis(args.redis) as provider:
-            console.print(provider.description)
-            with progress_bars() as bars:
-                data = asyncio.run(
-                    run(provider, options, Steps(bars, "duplicates", options.steps))
-                )
-    except KeyboardInterrupt:
-        return interrupted()
-    write_json(args.json, data)
-    print_checks(checks(data), title="duplicates")
-    console.print(f"JSON: {args.json}")
-    return 0
+    return run_alone(
+        "duplicates",
+        run,
+        checks,
+        options_from(args),
+        redis_choice=args.redis,
+        json_path=args.json,
+    )
 
 
 if __name__ == "__main__":

@@ -28,19 +28,14 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from benchmarks._counting import MonitorTap, Tally, commandstats_calls
-from benchmarks._redis import RedisProvider, provide_redis
+from benchmarks._redis import RedisProvider
 from benchmarks._report import (
     RESULTS_DIR,
     Check,
     Steps,
-    console,
     median,
-    print_checks,
-    progress_bars,
-    write_json,
 )
-from benchmarks._run import new_settings, worker_run
-from benchmarks._workers import install_cleanup, interrupted
+from benchmarks._run import new_settings, run_alone, worker_run
 from benchmarks.apps import overhead as app
 from taskiq_fanin import Signature, group
 
@@ -502,21 +497,14 @@ def options_from(args: argparse.Namespace) -> Options:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the overhead benchmark alone."""
     args = parser().parse_args(argv)
-    options = options_from(args)
-    install_cleanup()
-    try:
-        with provide_redis(args.redis) as provider:
-            console.print(provider.description)
-            with progress_bars() as bars:
-                data = asyncio.run(
-                    run(provider, options, Steps(bars, "overhead", options.steps))
-                )
-    except KeyboardInterrupt:
-        return interrupted()
-    write_json(args.json, data)
-    print_checks(checks(data), title="overhead")
-    console.print(f"JSON: {args.json}")
-    return 0
+    return run_alone(
+        "overhead",
+        run,
+        checks,
+        options_from(args),
+        redis_choice=args.redis,
+        json_path=args.json,
+    )
 
 
 if __name__ == "__main__":
