@@ -257,3 +257,9 @@ async def complete_continuation_of(fanin: "FanInMiddleware", group_id: str) -> N
         await complete_continuation(
             fanin, ContinuationRef(group_id=group_id, token=text(token), kind="then")
         )
+
+
+async def release_continuation(fanin: "FanInMiddleware", ref: ContinuationRef) -> None:
+    """An attempt of the continuation ended without completing it: let a retry run."""
+    keys = GroupKeys(fanin.config.prefix, ref.group_id)
+    await fanin.scripts.release_continuation(keys, token=ref.token)

@@ -59,6 +59,8 @@ def _guarded(func: Any) -> Any:
     return guarded_sync
 
 
-def reset_skip() -> None:
-    """Forget the skip flag once the message is done (brokers may run inline)."""
+def reset_skip() -> bool:
+    """Forget the skip flag (brokers may run messages inline); was it set?"""
+    was = _skip.get()
     _skip.set(False)
+    return was

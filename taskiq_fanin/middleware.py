@@ -282,11 +282,14 @@ class FanInMiddleware(TaskiqMiddleware):
         records nothing: only the last attempt counts.
         """
         guard.current.set(None)
-        guard.reset_skip()
+        skipped = guard.reset_skip()
+        continuation = ContinuationRef.from_labels(message.labels)
         if isinstance(result.error, NoResultError):
+            if continuation is not None and not skipped:
+                # Its retry is on the way: it must not find the lease taken.
+                await self._release(continuation)
             return
         member = MemberRef.from_labels(message.labels)
-        continuation = ContinuationRef.from_labels(message.labels)
         cursor = chains.ChainCursor.from_labels(message.labels)
         try:
             if member is not None:
@@ -300,6 +303,14 @@ class FanInMiddleware(TaskiqMiddleware):
         except Exception:
             # taskiq would swallow it anyway; the sweep recovers what was not recorded.
             logger.exception("Recording the outcome of task %s failed", message.task_id)
+
+    async def _release(self, continuation: ContinuationRef) -> None:
+        try:
+            await completion.release_continuation(self, continuation)
+        except Exception:
+            logger.exception(
+                "Group %s: releasing the run lease failed", continuation.group_id
+            )
 
 
 def find_fanin(broker: Any) -> FanInMiddleware:

@@ -35,6 +35,7 @@ SCRIPT_FILES = {
     "cancel_group": "cancelGroup-7.lua",
     "begin_continuation": "beginContinuation-7.lua",
     "reclaim_finaliser": "reclaimFinaliser-7.lua",
+    "release_continuation": "releaseContinuation-7.lua",
 }
 
 
@@ -324,4 +325,10 @@ class Scripts:
             await self._scripts["reclaim_finaliser"](
                 keys=keys.all, args=[token, now_ms, lease_ms, claimant]
             )
+        )
+
+    async def release_continuation(self, keys: GroupKeys, *, token: str) -> bool:
+        """Give up a continuation's run lease so that its retry may run."""
+        return bool(
+            await self._scripts["release_continuation"](keys=keys.all, args=[token])
         )

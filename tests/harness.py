@@ -81,10 +81,15 @@ async def worker(broker: AsyncBroker, max_async_tasks: int) -> AsyncIterator[Rec
         yield receiver
     finally:
         finished.set()
-        try:
-            await asyncio.wait_for(listening, timeout=10)
-        finally:
-            await broker.shutdown()
+        # The Receiver can hang while cancelling its pending read of the stream
+        # (taskiq-redis, seen here now and then): closing the broker's
+        # connections wakes that read, so the listener gets a second chance.
+        done, _ = await asyncio.wait({listening}, timeout=5)
+        await broker.shutdown()
+        if not done:
+            done, _ = await asyncio.wait({listening}, timeout=5)
+        if not done:
+            listening.cancel()
 
 
 async def eventually(

@@ -127,7 +127,9 @@ async def test_fifty_racing_deliveries_of_the_last_member_fire_one_continuation(
         for _ in range(49):
             await sent.resend(last)
         await eventually(
-            lambda: waiting_copies == 50, what="50 copies of the last member running"
+            lambda: waiting_copies == 50,
+            what=f"50 copies of the last member running (have {waiting_copies})",
+            timeout=8,
         )
         release.set()
         await eventually(lambda: len(continuations) >= 1, what="the continuation")
@@ -367,3 +369,34 @@ async def test_two_copies_of_a_continuation_in_flight_run_its_body_once(
 
     assert bodies == [1]
     assert status.state.value == "completed"
+
+
+async def test_a_continuation_that_fails_once_runs_again_on_its_retry(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, _ = stream_broker(
+        redis_url, key_prefix, SimpleRetryMiddleware(default_retry_count=3)
+    )
+    attempts: list[int] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task(retry_on_error=True)
+    async def then(result: GroupResult) -> None:
+        attempts.append(result.total)
+        if len(attempts) == 1:
+            raise ConnectionError("transient")
+
+    async with worker(broker, max_async_tasks=5):
+        handle = await group([Signature.of(member, 0)], then=then).kiq(broker)
+        await eventually(lambda: len(attempts) == 2, what="the retry to run")
+        await eventually(lambda: _completed(handle), what="the group to complete")
+
+    assert attempts == [1, 1]
+
+
+async def _completed(handle: object) -> bool:
+    status = await handle.status()  # type: ignore[attr-defined]
+    return status.state.value == "completed"

@@ -1,0 +1,18 @@
+--[[
+  A continuation's attempt ended without completing it (it failed, and the retry
+  middleware will run it again): give up its run lease so the retry may run.
+
+  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
+  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+
+  ARGV[1] token
+
+  Returns 1 when released, 0 when the group is missing, not this token's, or
+  not running.
+]]
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state')
+if meta[1] ~= ARGV[1] or meta[2] ~= 'running' then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'state', 'dispatched', 'run_until', 0)
+return 1
