@@ -3,6 +3,7 @@ a real redis-server. No Python copy of a script exists anywhere.
 """
 
 import re
+import time
 
 import pytest
 from redis.asyncio import Redis
@@ -337,3 +338,36 @@ async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(
         claimant="test",
     )
     assert await client.get(keys.claim) == b"sweep"
+
+
+async def test_a_redrive_pushes_the_deadline_and_keeps_the_keys_alive_past_it(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    now = int(time.time() * 1000)
+    await scripts.create_group(
+        keys,
+        token=TOKEN,
+        now_ms=now,
+        deadline_ms=now + 1_000,
+        expires_ms=now + 2_000,  # about to expire, still open
+        then="",
+        on_error="",
+        policy="continue",
+        sweep_policy="redrive",
+        span_ms=60_000,
+        depth=1,
+        cancellable=False,
+        members=['{"t":"m"}', '{"t":"m"}'],
+        planner_lease_ms=60_000,
+    )
+    await record(scripts, keys, 0)
+    redriven = await scripts.redrive_group(
+        keys, token=TOKEN, now_ms=now, max_redrives=3
+    )
+
+    assert (redriven.redriven, redriven.redrives) == (True, 1)
+    assert redriven.members == {1: '{"t":"m"}'}
+    assert int(await client.hget(keys.meta, "deadline")) == now + 60_000
+    for key in (keys.meta, keys.plan, keys.done):
+        assert await client.pttl(key) > 100_000

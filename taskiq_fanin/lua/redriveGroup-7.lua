@@ -1,6 +1,7 @@
 --[[
-  Re-drive an open group: record the re-drive, push its deadline out, and hand
-  back exactly the ledger entries of the members that are neither done nor failed.
+  Re-drive an open group: record the re-drive, push its deadline (and, if need
+  be, its keys' expiry) out, and hand back exactly the ledger entries of the
+  members that are neither done nor failed.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
@@ -13,7 +14,7 @@
   {0, re-drives so far} when the group is not open (or missing, or not this
   token's) or has used up its re-drives.
 ]]
-local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'redrives', 'span')
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'redrives', 'span', 'expires')
 if meta[1] ~= ARGV[1] or meta[2] ~= 'open' then
   return {0, tonumber(meta[3]) or 0}
 end
@@ -22,8 +23,16 @@ if redrives >= tonumber(ARGV[3]) then
   return {0, redrives}
 end
 redrives = redis.call('HINCRBY', KEYS[1], 'redrives', 1)
-redis.call('HSET', KEYS[1], 'redriven_at', ARGV[2],
-  'deadline', tonumber(ARGV[2]) + tonumber(meta[4]))
+local deadline = tonumber(ARGV[2]) + tonumber(meta[4])
+redis.call('HSET', KEYS[1], 'redriven_at', ARGV[2], 'deadline', deadline)
+-- The group must outlive its new deadline: push every key's expiry past it.
+local expires = math.max(tonumber(meta[5]), deadline + tonumber(meta[4]))
+if expires > tonumber(meta[5]) then
+  redis.call('HSET', KEYS[1], 'expires', expires)
+  for i = 1, 6 do
+    redis.call('PEXPIREAT', KEYS[i], expires)
+  end
+end
 
 local seen = {}
 for _, index in ipairs(redis.call('SMEMBERS', KEYS[3])) do seen[index] = true end
