@@ -213,19 +213,20 @@ async def kick_step(
 ) -> None:
     """Enqueue one step: a task with the previous result, or a group."""
     task_id = f"{cursor.id}.{cursor.index}"
+    label = cursor.label()  # the rest of the plan, serialized once
     if isinstance(step, Signature):
         args = step.args
         if previous is not _NOTHING and step.pass_result:
             args = (previous, *args)
         await (
-            step.with_labels(**cursor.label())
+            step.with_labels(**label)
             .kicker(fanin.broker)
             .with_task_id(task_id)
             .kiq(*args, **step.kwargs)
         )
         return
-    carry_on = Signature(task_name=CONTINUE_TASK_NAME).with_labels(**cursor.label())
-    fail = Signature(task_name=FAIL_TASK_NAME).with_labels(**cursor.label())
+    carry_on = Signature(task_name=CONTINUE_TASK_NAME).with_labels(**label)
+    fail = Signature(task_name=FAIL_TASK_NAME).with_labels(**label)
     await fanin.group(
         step.members,
         then=carry_on,
