@@ -6,7 +6,7 @@ that completes its group enqueues the continuation, exactly once.
 
 from taskiq_fanin.api import Group, cancel, chain, group, group_task, status
 from taskiq_fanin.chain_record import ChainState, ChainStatus
-from taskiq_fanin.chains import Chain, ChainFailure, ChainHandle
+from taskiq_fanin.chain_spec import Chain, ChainFailure, ChainHandle
 from taskiq_fanin.errors import (
     EmptyGroupError,
     FanInError,

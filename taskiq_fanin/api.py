@@ -11,7 +11,7 @@ from taskiq import AsyncBroker, TaskiqMessage
 
 from taskiq_fanin import guard
 from taskiq_fanin.chain_record import ChainState, ChainStatus
-from taskiq_fanin.chains import Chain, ChainCursor, GroupStep
+from taskiq_fanin.chain_spec import Chain, ChainCursor, GroupStep
 from taskiq_fanin.config import choice
 from taskiq_fanin.errors import InvalidGroupError, MiddlewareNotFoundError
 from taskiq_fanin.keys import is_valid_id

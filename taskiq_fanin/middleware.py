@@ -15,6 +15,7 @@ from taskiq import (
 
 from taskiq_fanin import chains, completion, guard
 from taskiq_fanin.chain_record import ChainRecord, ChainStatus
+from taskiq_fanin.chain_spec import Chain, ChainCursor
 from taskiq_fanin.config import (
     DEFAULT_DEADLINE_SECONDS,
     DEFAULT_DISPATCH_CONCURRENCY,
@@ -171,7 +172,7 @@ class FanInMiddleware(TaskiqMiddleware):
 
     async def group(
         self,
-        members: Iterable["Signature | chains.Chain"],
+        members: Iterable["Signature | Chain"],
         *,
         then: TaskRef | Signature | None = None,
         on_error: TaskRef | Signature | None = None,
@@ -258,7 +259,7 @@ class FanInMiddleware(TaskiqMiddleware):
                 continuation.group_id,
             )
             return False
-        cursor = chains.ChainCursor.from_labels(message.labels)
+        cursor = ChainCursor.from_labels(message.labels)
         if cursor is not None and not await chains.step_may_run(self, cursor):
             logger.info("Chain %s: step %d skipped", cursor.id, cursor.index)
             await chains.skipped(self, cursor, continuation=continuation is not None)
@@ -290,7 +291,7 @@ class FanInMiddleware(TaskiqMiddleware):
                 await self._release(continuation)
             return
         member = MemberRef.from_labels(message.labels)
-        cursor = chains.ChainCursor.from_labels(message.labels)
+        cursor = ChainCursor.from_labels(message.labels)
         try:
             if member is not None:
                 await completion.record_member(self, member, result)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from pydantic_core import PydanticSerializationError
 
 from taskiq_fanin import metrics
-from taskiq_fanin.chains import (
+from taskiq_fanin.chain_spec import (
     Chain,
     member_from_ledger,
     member_to_ledger,

@@ -17,7 +17,7 @@ from taskiq import AsyncBroker
 from taskiq.decor import AsyncTaskiqDecoratedTask
 
 from taskiq_fanin import completion, metrics
-from taskiq_fanin.chains import member_from_ledger
+from taskiq_fanin.chain_spec import member_from_ledger
 from taskiq_fanin.inspection import text
 from taskiq_fanin.keys import GroupKeys, index_key, sweep_lock_key
 from taskiq_fanin.middleware import FanInMiddleware, find_fanin
