@@ -32,15 +32,8 @@ from taskiq_fanin.models import (
 )
 from taskiq_fanin.planning import GroupHandle
 from taskiq_fanin.signature import Signature, signature
-from taskiq_fanin.sweep import (
-    SWEEP_TASK_NAME,
-    Finding,
-    FindingKind,
-    SweepAction,
-    SweepReport,
-    register_sweep_task,
-    sweep,
-)
+from taskiq_fanin.sweep import SWEEP_TASK_NAME, register_sweep_task, sweep
+from taskiq_fanin.sweep_report import Finding, FindingKind, SweepAction, SweepReport
 
 __all__ = [
     "SWEEP_TASK_NAME",

@@ -28,7 +28,12 @@ from taskiq_fanin.chain_spec import (
     validate_chain,
 )
 from taskiq_fanin.errors import ChainCancelledError, GroupStepFailedError
-from taskiq_fanin.keys import LONGEST_DERIVED_ID, ChainKeys, validate_group_id
+from taskiq_fanin.keys import (
+    LONGEST_DERIVED_ID,
+    ChainKeys,
+    chain_index_key,
+    validate_group_id,
+)
 from taskiq_fanin.labels import MemberRef
 from taskiq_fanin.models import GroupResult, MemberError
 from taskiq_fanin.signature import Signature
@@ -74,6 +79,11 @@ async def start(
         ttl_ms=int(fanin.config.ttl * 1000),
     )
     if created:
+        # The sweep looks at the chain once its deadline has passed with no move.
+        await fanin.redis.zadd(
+            chain_index_key(fanin.config.prefix),
+            {chain_id: completion.now_ms() + int(fanin.config.deadline * 1000)},
+        )
         await kick_step(fanin, cursor, first, previous=_NOTHING)
     return created
 

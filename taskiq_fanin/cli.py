@@ -30,7 +30,8 @@ from taskiq_fanin.inspection import DEFAULT_LIST_LIMIT, list_groups
 from taskiq_fanin.keys import sweep_lock_key
 from taskiq_fanin.middleware import FanInMiddleware, find_fanin
 from taskiq_fanin.models import GroupState, GroupStatus, SweepPolicy
-from taskiq_fanin.sweep import DEFAULT_BATCH, Finding, SweepReport, sweep
+from taskiq_fanin.sweep import DEFAULT_BATCH, sweep
+from taskiq_fanin.sweep_report import Finding, SweepReport
 
 #: Exit codes, as ``--help`` lists them.
 EXIT_OK, EXIT_MISSING, EXIT_USAGE, EXIT_STUCK, EXIT_UNREACHABLE = 0, 1, 2, 2, 3

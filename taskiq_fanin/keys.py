@@ -108,6 +108,11 @@ def index_key(prefix: str) -> str:
     return f"{prefix}:index"
 
 
+def chain_index_key(prefix: str) -> str:
+    """Sorted set of chain ids scored by when the sweep should look next (ms)."""
+    return f"{prefix}:chains"
+
+
 def sweep_lock_key(prefix: str) -> str:
     """String: held (SET NX PX) by the one sweep acting at a time."""
     return f"{prefix}:sweep:lock"

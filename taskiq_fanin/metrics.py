@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from taskiq_fanin.sweep import Finding
+    from taskiq_fanin.sweep_report import Finding
 
 
 class _NoMetric:
@@ -74,7 +74,7 @@ def record_sweep(findings: Iterable["Finding"]) -> None:
     stuck = 0
     for finding in findings:
         SWEEP_FINDINGS.labels(kind=finding.kind.value).inc()
-        stuck += finding.kind.value in ("stuck", "unplanned")
+        stuck += finding.kind.value in ("stuck", "unplanned", "chain_stuck")
     STUCK_GROUPS.set(stuck)
 
 

@@ -7,23 +7,23 @@ group's sweep policy or the caller's override. A lock (SET NX PX) makes two
 concurrent sweeps act once; a batch bound keeps one sweep short.
 """
 
-import enum
 import logging
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, Field
 from taskiq import AsyncBroker
 from taskiq.decor import AsyncTaskiqDecoratedTask
 
 from taskiq_fanin import completion, metrics
 from taskiq_fanin.chain_spec import member_from_ledger
+from taskiq_fanin.chain_sweep import sweep_chains
 from taskiq_fanin.inspection import text
 from taskiq_fanin.keys import GroupKeys, index_key, sweep_lock_key
 from taskiq_fanin.middleware import FanInMiddleware, find_fanin
 from taskiq_fanin.models import GroupState, SweepPolicy
 from taskiq_fanin.planning import dispatch_members
 from taskiq_fanin.scripts import Inspected
+from taskiq_fanin.sweep_report import Finding, FindingKind, SweepAction, SweepReport
 
 logger = logging.getLogger("taskiq_fanin.sweep")
 
@@ -33,66 +33,6 @@ DEFAULT_BATCH = 100
 SWEEP_CLAIMANT = f"sweep:{completion.CLAIMANT}"
 #: The shortest time a sweep's lock is held, in seconds.
 MIN_LOCK_SECONDS = 60.0
-
-
-class FindingKind(str, enum.Enum):
-    """Why a group needs attention."""
-
-    #: Open past its deadline; every member was dispatched.
-    STUCK = "stuck"
-    #: Open past its deadline, and its planner never finished dispatching.
-    UNPLANNED = "unplanned"
-    #: Claimed, but the finaliser's lease ran out before it dispatched.
-    FINALISER_LOST = "finaliser_lost"
-    #: The continuation was dispatched but has not completed by its deadline.
-    CONTINUATION_OVERDUE = "continuation_overdue"
-    #: The index names a group that expired or completed: the entry is pruned.
-    GONE = "gone"
-
-
-class SweepAction(str, enum.Enum):
-    """What the sweep did (or, in a dry run, would do) about a finding."""
-
-    REPORT = "report"
-    REDRIVE = "redrive"
-    GIVE_UP = "give_up"
-    REDISPATCH = "redispatch"
-    PRUNE = "prune"
-
-
-class Finding(BaseModel):
-    """One group the sweep found, and what it did about it."""
-
-    group_id: str
-    kind: FindingKind
-    action: SweepAction
-    #: False in a dry run, and when the action found nothing left to do.
-    applied: bool
-    state: GroupState
-    total: int = 0
-    done: int = 0
-    failed: int = 0
-    missing: list[int] = Field(default_factory=list)
-    age_seconds: float = 0.0
-    overdue_seconds: float = 0.0
-    redrives: int = 0
-    note: str = ""
-
-
-class SweepReport(BaseModel):
-    """What one sweep examined and found."""
-
-    dry_run: bool
-    #: True when another sweep held the lock: this one did nothing.
-    skipped: bool = False
-    examined: int = 0
-    findings: list[Finding] = Field(default_factory=list)
-
-    @property
-    def stuck(self) -> list[Finding]:
-        """Findings about groups still open past their deadline."""
-        kinds = (FindingKind.STUCK, FindingKind.UNPLANNED)
-        return [finding for finding in self.findings if finding.kind in kinds]
 
 
 async def sweep(
@@ -152,7 +92,11 @@ async def _examine(
             continue
         if finding is not None:
             report.findings.append(finding)
-            _log(finding)
+    examined, chains = await sweep_chains(fanin, now=now, dry_run=dry_run, batch=batch)
+    report.examined += examined
+    report.findings.extend(chains)
+    for finding in report.findings:
+        _log(finding)
     metrics.record_sweep(report.findings)
     return report
 
@@ -176,7 +120,7 @@ async def _judge(
             kind=FindingKind.GONE,
             action=SweepAction.PRUNE,
             applied=not dry_run,
-            state=state,
+            state=state.value,
         )
     meta = inspected.meta
     due_at = _due_at(meta, state)
@@ -228,7 +172,7 @@ def _finding(
         kind=FindingKind.STUCK,
         action=SweepAction.REPORT,
         applied=False,
-        state=state,
+        state=state.value,
         total=int(meta["total"]),
         done=int(meta["done_count"]),
         failed=int(meta["failed_count"]),

@@ -21,6 +21,7 @@ from taskiq_fanin import (
     GroupResult,
     Signature,
     SweepAction,
+    chain,
     group,
     register_sweep_task,
     sweep,
@@ -435,3 +436,38 @@ async def _continuation_overdue(fanin: FanInMiddleware) -> bool:
 async def _done(fanin: FanInMiddleware, group_id: str, count: int) -> bool:
     """True once ``count`` members have their outcome recorded (not just started)."""
     return (await fanin.status(group_id)).done == count
+
+
+async def test_a_chain_whose_next_step_was_lost_is_reported_stuck(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix, deadline=SHORT)
+    ran: list[str] = []
+
+    @broker.task
+    async def step(name: str) -> str:
+        ran.append(name)
+        return name
+
+    async with worker(broker, max_async_tasks=2):
+        broker.drop = {"video.1"}  # lost on its way, as if the worker died
+        await chain(
+            Signature.of(step, "probe"),
+            Signature.of(step, "transcode").immutable(),
+            chain_id="video",
+        ).kiq(broker)
+        await eventually(lambda: ran == ["probe"], what="the first step")
+        await eventually(
+            lambda: _chain_reported(fanin, "video"), what="the sweep to report it"
+        )
+        report = await sweep(fanin)
+
+    (finding,) = report.findings
+    assert (finding.group_id, finding.kind) == ("video", FindingKind.CHAIN_STUCK)
+    assert finding.note == f"at step 1 ({step.task_name})"
+    assert report.stuck == [finding]
+
+
+async def _chain_reported(fanin: FanInMiddleware, chain_id: str) -> bool:
+    report = await sweep(fanin, dry_run=True)
+    return [f.group_id for f in report.findings] == [chain_id]

@@ -1,0 +1,72 @@
+"""What a sweep reports: its findings, each with what was done about it."""
+
+import enum
+
+from pydantic import BaseModel, Field
+
+
+class FindingKind(str, enum.Enum):
+    """Why a group needs attention."""
+
+    #: Open past its deadline; every member was dispatched.
+    STUCK = "stuck"
+    #: Open past its deadline, and its planner never finished dispatching.
+    UNPLANNED = "unplanned"
+    #: Claimed, but the finaliser's lease ran out before it dispatched.
+    FINALISER_LOST = "finaliser_lost"
+    #: The continuation was dispatched but has not completed by its deadline.
+    CONTINUATION_OVERDUE = "continuation_overdue"
+    #: The index names a group that expired or completed: the entry is pruned.
+    GONE = "gone"
+    #: A chain still running whose step has not moved within the deadline.
+    CHAIN_STUCK = "chain_stuck"
+
+
+class SweepAction(str, enum.Enum):
+    """What the sweep did (or, in a dry run, would do) about a finding."""
+
+    REPORT = "report"
+    REDRIVE = "redrive"
+    GIVE_UP = "give_up"
+    REDISPATCH = "redispatch"
+    PRUNE = "prune"
+
+
+class Finding(BaseModel):
+    """One group (or chain) the sweep found, and what it did about it."""
+
+    #: The group's id, or the chain's for ``chain_stuck``.
+    group_id: str
+    kind: FindingKind
+    action: SweepAction
+    #: False in a dry run, and when the action found nothing left to do.
+    applied: bool
+    #: The group's (or chain's) state.
+    state: str
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    missing: list[int] = Field(default_factory=list)
+    age_seconds: float = 0.0
+    overdue_seconds: float = 0.0
+    redrives: int = 0
+    note: str = ""
+
+
+class SweepReport(BaseModel):
+    """What one sweep examined and found."""
+
+    dry_run: bool
+    #: True when another sweep held the lock: this one did nothing.
+    skipped: bool = False
+    examined: int = 0
+    findings: list[Finding] = Field(default_factory=list)
+
+    @property
+    def stuck(self) -> list[Finding]:
+        """Findings about groups and chains that stopped moving."""
+        return [finding for finding in self.findings if finding.kind in STUCK_KINDS]
+
+
+#: The findings that count as stuck (for the gauge, --fail-on-stuck, alerts).
+STUCK_KINDS = (FindingKind.STUCK, FindingKind.UNPLANNED, FindingKind.CHAIN_STUCK)
