@@ -371,3 +371,20 @@ async def test_a_redrive_pushes_the_deadline_and_keeps_the_keys_alive_past_it(
     assert int(await client.hget(keys.meta, "deadline")) == now + 60_000
     for key in (keys.meta, keys.plan, keys.done):
         assert await client.pttl(key) > 100_000
+
+
+async def test_a_dispatch_is_recorded_even_after_the_continuation_completed(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=1)
+    await record(scripts, keys, 0)
+    assert await scripts.begin_continuation(keys, token=TOKEN, now_ms=NOW) is Begin.RUN
+    await scripts.mark_completed(keys, token=TOKEN, now_ms=NOW, tombstone_ms=5_000)
+    mark = {"now_ms": NOW, "tombstone_ms": 5_000, "claimant": "test"}
+    assert await scripts.mark_dispatched(keys, token=TOKEN, dispatched="then", **mark)
+    assert await client.hget(keys.meta, "state") == b"completed"
+    assert await client.hget(keys.meta, "dispatched") == b"then"
+    assert not await scripts.mark_dispatched(
+        keys, token=TOKEN, dispatched="then", **mark
+    )

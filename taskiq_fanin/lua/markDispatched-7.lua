@@ -1,7 +1,7 @@
 --[[
   The finaliser has enqueued the continuation: record which one, and release the
-  lease if it is still the finaliser's. The continuation may already be running
-  (it can start before this is recorded). A continuation of 'none' (no
+  lease if it is still the finaliser's. The continuation may already be running,
+  or even completed (it can start before this is recorded). A continuation of 'none' (no
   continuation applies) completes the group.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
@@ -17,8 +17,15 @@
   its dispatch is recorded already.
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'dispatched')
-if meta[1] ~= ARGV[1] or meta[3]
-    or (meta[2] ~= 'claimed' and meta[2] ~= 'running') then
+if meta[1] ~= ARGV[1] or meta[3] then
+  return 0
+end
+if meta[2] == 'completed' then
+  -- The continuation ran and completed before this was recorded.
+  redis.call('HSET', KEYS[1], 'dispatched', ARGV[3], 'dispatched_at', ARGV[2])
+  return 1
+end
+if meta[2] ~= 'claimed' and meta[2] ~= 'running' then
   return 0
 end
 redis.call('HSET', KEYS[1], 'dispatched', ARGV[3], 'dispatched_at', ARGV[2])
