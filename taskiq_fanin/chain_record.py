@@ -84,10 +84,11 @@ class ChainRecord:
         names: str,
         steps: int,
         ttl_ms: int,
+        pending: str,
     ) -> bool:
         """Create the record; False when the chain id exists."""
         created = await self._scripts["start"](
-            keys=keys.all, args=[token, now_ms, steps, names, ttl_ms]
+            keys=keys.all, args=[token, now_ms, steps, names, ttl_ms, pending]
         )
         return bool(created)
 
@@ -100,10 +101,11 @@ class ChainRecord:
         now_ms: int,
         compensation: str,
         ttl_ms: int,
+        pending: str,
     ) -> Advanced:
         """Move past ``step`` once; ``ADVANCED`` means: kick the next step."""
         code = await self._scripts["advance"](
-            keys=keys.all, args=[token, step, now_ms, compensation, ttl_ms]
+            keys=keys.all, args=[token, step, now_ms, compensation, ttl_ms, pending]
         )
         return Advanced(code)
 
@@ -162,6 +164,11 @@ class ChainRecord:
         if state is None:
             return True  # no record (expired): run rather than lose the work
         return text(state) == ChainState.RUNNING.value and int(text(current)) <= step
+
+    async def pending(self, keys: ChainKeys) -> str | None:
+        """The kick of the step the chain is at, as recorded when it was made."""
+        raw = await self._client.hget(keys.record, "pending")
+        return text(raw) if raw is not None else None
 
 
 def _names(raw: str) -> list[str]:

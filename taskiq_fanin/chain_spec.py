@@ -132,6 +132,16 @@ class ChainCursor(BaseModel):
             return None
 
 
+class PendingStep(BaseModel):
+    """A step's kick as the record keeps it, so the sweep can make it again."""
+
+    cursor: ChainCursor
+    step: Step
+    #: The previous step's result (as JSON would carry it); absent for step 0.
+    previous: Any = None
+    has_previous: bool = False
+
+
 class ChainFailure(BaseModel):
     """What a chain's error continuation receives."""
 

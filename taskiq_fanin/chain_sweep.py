@@ -6,9 +6,11 @@ step's kick; reported, it does not stay silent.
 
 from typing import TYPE_CHECKING
 
+from taskiq_fanin import chains
 from taskiq_fanin.chain_record import ChainState
 from taskiq_fanin.inspection import text
 from taskiq_fanin.keys import ChainKeys, chain_index_key
+from taskiq_fanin.models import SweepPolicy
 from taskiq_fanin.sweep_report import Finding, FindingKind, SweepAction
 
 if TYPE_CHECKING:
@@ -16,18 +18,28 @@ if TYPE_CHECKING:
 
 
 async def sweep_chains(
-    fanin: "FanInMiddleware", *, now: int, dry_run: bool, batch: int
+    fanin: "FanInMiddleware",
+    *,
+    now: int,
+    override: SweepPolicy | None,
+    dry_run: bool,
+    batch: int,
 ) -> tuple[int, list[Finding]]:
-    """Examine up to ``batch`` due chains: how many, and the stuck ones found."""
+    """Examine up to ``batch`` due chains: how many, and the stuck ones found.
+
+    With the ``redrive`` policy (the caller's, else the middleware's default) a
+    stuck chain's current step is kicked again as it was recorded, at most
+    ``max_redrives`` times; any other policy reports it.
+    """
+    redrive = (override or fanin.config.sweep_policy) is SweepPolicy.REDRIVE
     index = chain_index_key(fanin.config.prefix)
     due = await fanin.redis.zrangebyscore(index, "-inf", now, start=0, num=batch)
     deadline_ms = int(fanin.config.deadline * 1000)
     findings: list[Finding] = []
     for raw in due:
         chain_id = text(raw)
-        status = await fanin.chain_record.status(
-            ChainKeys(fanin.config.prefix, chain_id)
-        )
+        keys = ChainKeys(fanin.config.prefix, chain_id)
+        status = await fanin.chain_record.status(keys)
         if status.state is not ChainState.RUNNING:
             if not dry_run:  # over, or expired: nothing left to watch
                 await fanin.redis.zrem(index, chain_id)
@@ -37,22 +49,35 @@ async def sweep_chains(
             if not dry_run:
                 await fanin.redis.zadd(index, {chain_id: moved_ms + deadline_ms})
             continue
-        findings.append(
-            Finding(
-                group_id=chain_id,
-                kind=FindingKind.CHAIN_STUCK,
-                action=SweepAction.REPORT,
-                applied=not dry_run,
-                state=status.state.value,
-                total=status.steps,
-                done=status.step,
-                overdue_seconds=(now - moved_ms - deadline_ms) / 1000,
-                age_seconds=(now - int(status.started.timestamp() * 1000)) / 1000
-                if status.started
-                else 0.0,
-                note=f"at step {status.step} ({status.current})",
-            )
+        finding = Finding(
+            group_id=chain_id,
+            kind=FindingKind.CHAIN_STUCK,
+            action=SweepAction.REDRIVE if redrive else SweepAction.REPORT,
+            applied=False,
+            state=status.state.value,
+            total=status.steps,
+            done=status.step,
+            overdue_seconds=(now - moved_ms - deadline_ms) / 1000,
+            age_seconds=(now - int(status.started.timestamp() * 1000)) / 1000
+            if status.started
+            else 0.0,
+            note=f"at step {status.step} ({status.current})",
         )
-        if not dry_run:  # seen in turn with the others at the next sweep
-            await fanin.redis.zadd(index, {chain_id: now})
+        findings.append(finding)
+        if dry_run:
+            continue
+        look_again = now  # seen in turn with the others at the next sweep
+        if redrive:
+            redrives = await fanin.redis.hincrby(keys.record, "redrives", 1)
+            if redrives <= fanin.config.max_redrives and await chains.redrive(
+                fanin, chain_id
+            ):
+                finding.applied = True
+                finding.redrives = redrives
+                look_again = now + deadline_ms
+            else:
+                finding.note += f"; not re-driven ({redrives - 1} re-drives used)"
+        else:
+            finding.applied = True
+        await fanin.redis.zadd(index, {chain_id: look_again})
     return len(due), findings

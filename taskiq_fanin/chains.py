@@ -24,6 +24,7 @@ from taskiq_fanin.chain_spec import (
     ChainCursor,
     ChainFailure,
     GroupStep,
+    PendingStep,
     step_name,
     validate_chain,
 )
@@ -77,6 +78,7 @@ async def start(
         names=json.dumps([step_name(step) for step in spec.steps]),
         steps=len(spec.steps),
         ttl_ms=int(fanin.config.ttl * 1000),
+        pending=pending_json(cursor, first, _NOTHING),
     )
     if created:
         # The sweep looks at the chain once its deadline has passed with no move.
@@ -159,6 +161,16 @@ async def step_finished(
             keys, token=cursor.token, step=cursor.index, now_ms=completion.now_ms()
         )
         return
+    following = cursor.rest[0]
+    after = cursor.model_copy(
+        update={
+            "index": cursor.index + 1,
+            "rest": cursor.rest[1:],
+            "undo": following.compensation
+            if isinstance(following, Signature)
+            else None,
+        }
+    )
     advanced = await record.advance(
         keys,
         token=cursor.token,
@@ -166,6 +178,7 @@ async def step_finished(
         now_ms=completion.now_ms(),
         compensation=cursor.undo.to_ledger() if cursor.undo else "",
         ttl_ms=int(fanin.config.ttl * 1000),
+        pending=pending_json(after, following, result.return_value),
     )
     if advanced is Advanced.CANCELLED:
         # Cancelled while this step ran: its own effect is undone too.
@@ -177,16 +190,6 @@ async def step_finished(
         return
     if advanced is not Advanced.ADVANCED:
         return
-    following = cursor.rest[0]
-    after = cursor.model_copy(
-        update={
-            "index": cursor.index + 1,
-            "rest": cursor.rest[1:],
-            "undo": following.compensation
-            if isinstance(following, Signature)
-            else None,
-        }
-    )
     await kick_step(fanin, after, following, previous=result.return_value)
 
 
@@ -297,3 +300,32 @@ async def fail_chain(result: GroupResult) -> None:
     raise GroupStepFailedError(
         group_id=result.group_id, failed=result.failed_count, lost=len(result.lost)
     )
+
+
+def pending_json(
+    cursor: ChainCursor, step: "Signature | GroupStep", previous: Any
+) -> str:
+    """A step's kick as JSON, kept in the record until the next one replaces it."""
+    has_previous = previous is not _NOTHING
+    kick = PendingStep(
+        cursor=cursor,
+        step=step,
+        previous=previous if has_previous else None,
+        has_previous=has_previous,
+    )
+    return kick.model_dump_json(fallback=repr)
+
+
+async def redrive(fanin: "FanInMiddleware", chain_id: str) -> bool:
+    """Kick again the step a stuck chain is at, as it was first kicked.
+
+    Its deterministic task id and the step guard keep a copy that was only slow
+    from moving the chain twice. False when nothing was recorded to repeat.
+    """
+    raw = await fanin.chain_record.pending(ChainKeys(fanin.config.prefix, chain_id))
+    if not raw:
+        return False
+    kick = PendingStep.model_validate_json(raw)
+    previous = kick.previous if kick.has_previous else _NOTHING
+    await kick_step(fanin, kick.cursor, kick.step, previous=previous)
+    return True

@@ -92,7 +92,9 @@ async def _examine(
             continue
         if finding is not None:
             report.findings.append(finding)
-    examined, chains = await sweep_chains(fanin, now=now, dry_run=dry_run, batch=batch)
+    examined, chains = await sweep_chains(
+        fanin, now=now, override=override, dry_run=dry_run, batch=batch
+    )
     report.examined += examined
     report.findings.extend(chains)
     for finding in report.findings:

@@ -438,34 +438,50 @@ async def _done(fanin: FanInMiddleware, group_id: str, count: int) -> bool:
     return (await fanin.status(group_id)).done == count
 
 
-async def test_a_chain_whose_next_step_was_lost_is_reported_stuck(
+async def test_a_chain_whose_next_step_was_lost_is_reported_then_redriven(
     redis_url: str, key_prefix: str
 ) -> None:
     broker, fanin = stream_broker(redis_url, key_prefix, deadline=SHORT)
     ran: list[str] = []
 
     @broker.task
-    async def step(name: str) -> str:
-        ran.append(name)
-        return name
+    async def probe(video: str) -> str:
+        ran.append(f"probe {video}")
+        return f"{video}.meta"
+
+    @broker.task
+    async def transcode(meta: str) -> None:
+        ran.append(f"transcode {meta}")
 
     async with worker(broker, max_async_tasks=2):
         broker.drop = {"video.1"}  # lost on its way, as if the worker died
-        await chain(
-            Signature.of(step, "probe"),
-            Signature.of(step, "transcode").immutable(),
-            chain_id="video",
+        handle = await chain(
+            Signature.of(probe, "cat"), Signature.of(transcode), chain_id="video"
         ).kiq(broker)
-        await eventually(lambda: ran == ["probe"], what="the first step")
+        await eventually(lambda: ran == ["probe cat"], what="the first step")
         await eventually(
             lambda: _chain_reported(fanin, "video"), what="the sweep to report it"
         )
-        report = await sweep(fanin)
+        reported = await sweep(fanin)
+        redriven = await sweep(fanin, policy="redrive")
+        await eventually(
+            lambda: _chain_state_is(handle, "done"), what="the chain to end"
+        )
 
-    (finding,) = report.findings
+    (finding,) = reported.findings
     assert (finding.group_id, finding.kind) == ("video", FindingKind.CHAIN_STUCK)
-    assert finding.note == f"at step 1 ({step.task_name})"
-    assert report.stuck == [finding]
+    assert finding.note == f"at step 1 ({transcode.task_name})"
+    assert reported.stuck == [finding]
+    assert [(f.action, f.applied) for f in redriven.findings] == [
+        (SweepAction.REDRIVE, True)
+    ]
+    # The lost step ran once, with the result of the step before it.
+    assert ran == ["probe cat", "transcode cat.meta"]
+
+
+async def _chain_state_is(handle: object, state: str) -> bool:
+    status = await handle.status()  # type: ignore[attr-defined]
+    return status.state.value == state
 
 
 async def _chain_reported(fanin: FanInMiddleware, chain_id: str) -> bool:

@@ -10,6 +10,7 @@
   ARGV[3] now           epoch ms
   ARGV[4] compensation  the step's compensating signature (JSON) or ''
   ARGV[5] ttl           ms the record lives from now
+  ARGV[6] pending       the next step's kick (JSON), for the sweep to repeat if lost
 
   Returns 1 when advanced (kick the next step), 2 when the step was already
   advanced past (a duplicate), 3 when the chain is cancelled, 0 when the chain
@@ -28,7 +29,8 @@ end
 if tonumber(record[3]) ~= tonumber(ARGV[2]) then
   return 2
 end
-redis.call('HSET', KEYS[1], 'step', tonumber(ARGV[2]) + 1, 'updated', ARGV[3])
+redis.call('HSET', KEYS[1], 'step', tonumber(ARGV[2]) + 1, 'updated', ARGV[3],
+  'pending', ARGV[6])
 if ARGV[4] ~= '' then
   redis.call('RPUSH', KEYS[2], ARGV[4])
   redis.call('PEXPIRE', KEYS[2], ARGV[5])

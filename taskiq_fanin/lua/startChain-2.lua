@@ -11,6 +11,7 @@
   ARGV[3] steps    number of steps
   ARGV[4] names    JSON list of the steps' names
   ARGV[5] ttl      ms the record lives (renewed at every transition)
+  ARGV[6] pending  the first step's kick (JSON), for the sweep to repeat if lost
 
   Returns 1 when created, 0 when the chain exists.
 ]]
@@ -18,6 +19,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'state', 'running', 'step', 0,
-  'steps', ARGV[3], 'names', ARGV[4], 'started', ARGV[2], 'updated', ARGV[2])
+  'steps', ARGV[3], 'names', ARGV[4], 'started', ARGV[2], 'updated', ARGV[2],
+  'pending', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
