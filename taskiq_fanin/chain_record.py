@@ -10,10 +10,9 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-from taskiq_fanin.inspection import text
 from taskiq_fanin.keys import ChainKeys
 from taskiq_fanin.models import from_millis
-from taskiq_fanin.scripts import RedisClient, read_script
+from taskiq_fanin.scripts import RedisClient, read_script, text
 
 CHAIN_SCRIPT_FILES = {
     "start": "startChain-2.lua",

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 from taskiq_fanin import chains
 from taskiq_fanin.chain_record import ChainState
-from taskiq_fanin.inspection import text
 from taskiq_fanin.keys import ChainKeys, chain_index_key
 from taskiq_fanin.models import SweepPolicy
+from taskiq_fanin.scripts import text
 from taskiq_fanin.sweep_report import Finding, FindingKind, SweepAction
 
 if TYPE_CHECKING:

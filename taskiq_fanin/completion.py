@@ -14,11 +14,10 @@ from pydantic_core import to_json
 from taskiq import TaskiqResult
 
 from taskiq_fanin import metrics
-from taskiq_fanin.inspection import text
 from taskiq_fanin.keys import GroupKeys, group_keys, index_key
 from taskiq_fanin.labels import ContinuationRef, MemberRef
 from taskiq_fanin.models import FailurePolicy, GroupResult, MemberError
-from taskiq_fanin.scripts import Begin, CollectedOutcomes, Outcome, Recorded
+from taskiq_fanin.scripts import Begin, CollectedOutcomes, Outcome, Recorded, text
 from taskiq_fanin.signature import Signature
 
 if TYPE_CHECKING:

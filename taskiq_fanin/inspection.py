@@ -12,17 +12,13 @@ from taskiq_fanin.models import (
     SweepPolicy,
     from_millis,
 )
+from taskiq_fanin.scripts import text
 
 if TYPE_CHECKING:
     from taskiq_fanin.middleware import FanInMiddleware
 
 #: The most groups one listing reads.
 DEFAULT_LIST_LIMIT = 1000
-
-
-def text(value: object) -> str:
-    """Redis replies as text, whichever way the client decodes."""
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def status_from_meta(group_id: str, meta: dict[str, str]) -> GroupStatus:

@@ -31,7 +31,7 @@ from taskiq_fanin.config import (
     choice,
 )
 from taskiq_fanin.errors import MiddlewareNotFoundError
-from taskiq_fanin.inspection import status_from_meta, text
+from taskiq_fanin.inspection import status_from_meta
 from taskiq_fanin.keys import (
     LONGEST_DERIVED_ID,
     ChainKeys,
@@ -41,7 +41,7 @@ from taskiq_fanin.keys import (
 from taskiq_fanin.labels import CANCELLABLE_LABEL, ContinuationRef, MemberRef
 from taskiq_fanin.models import FailurePolicy, GroupStatus, SweepPolicy
 from taskiq_fanin.planning import GroupHandle, plan_group, validate_plan
-from taskiq_fanin.scripts import RedisClient, Scripts
+from taskiq_fanin.scripts import RedisClient, Scripts, text
 from taskiq_fanin.signature import Signature, TaskRef
 
 logger = logging.getLogger("taskiq_fanin")

@@ -112,10 +112,11 @@ class CollectedOutcomes:
     errors: dict[int, Any]
 
 
-def _text(value: bytes | str | None) -> str:
+def text(value: object) -> str:
+    """A Redis reply as text, whichever way the client decodes (nil: '')."""
     if value is None:
         return ""
-    return value.decode() if isinstance(value, bytes) else value
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _json_by_index(flat: list[bytes | str]) -> dict[int, Any]:
@@ -182,11 +183,11 @@ class Scripts:
             ],
         )
         if code == Created.EXISTS:
-            planned, created = (_text(value) for value in existing)
+            planned, created = (text(value) for value in existing)
             # Still unplanned a lease after creation: its planner died mid-way.
             if planned != "1" and now_ms - int(created) > planner_lease_ms:
                 code = Created.EXISTS_UNPLANNED
-        return Created(code), _text(group_token)
+        return Created(code), text(group_token)
 
     async def record_outcome(
         self,
@@ -217,12 +218,12 @@ class Scripts:
         done, failed, results, errors = reply[7:]
         return CollectedOutcomes(
             total=int(total),
-            then=_text(then),
-            on_error=_text(on_error),
-            policy=_text(policy),
-            state=_text(state),
+            then=text(then),
+            on_error=text(on_error),
+            policy=text(policy),
+            state=text(state),
             span_ms=int(span),
-            lost=[int(index) for index in _text(lost).split(",") if index],
+            lost=[int(index) for index in text(lost).split(",") if index],
             done=sorted(int(member) for member in done),
             failed=sorted(int(member) for member in failed),
             results=_json_by_index(results),
@@ -267,7 +268,7 @@ class Scripts:
         if not reply:
             return None
         meta, lease_held, missing = reply
-        fields = [_text(value) for value in meta]
+        fields = [text(value) for value in meta]
         return Inspected(
             meta=dict(zip(fields[::2], fields[1::2], strict=True)),
             lease_held=bool(lease_held),
@@ -286,7 +287,7 @@ class Scripts:
             redriven=code == 1,
             redrives=int(redrives),
             members={
-                int(index): _text(entry)
+                int(index): text(entry)
                 for index, entry in zip(flat[::2], flat[1::2], strict=True)
             },
         )

@@ -17,12 +17,11 @@ from taskiq.decor import AsyncTaskiqDecoratedTask
 from taskiq_fanin import completion, metrics
 from taskiq_fanin.chain_spec import member_from_ledger
 from taskiq_fanin.chain_sweep import sweep_chains
-from taskiq_fanin.inspection import text
 from taskiq_fanin.keys import GroupKeys, index_key, sweep_lock_key
 from taskiq_fanin.middleware import FanInMiddleware, find_fanin
 from taskiq_fanin.models import GroupState, SweepPolicy
 from taskiq_fanin.planning import dispatch_members
-from taskiq_fanin.scripts import Inspected
+from taskiq_fanin.scripts import Inspected, text
 from taskiq_fanin.sweep_report import Finding, FindingKind, SweepAction, SweepReport
 
 logger = logging.getLogger("taskiq_fanin.sweep")
