@@ -76,6 +76,19 @@ async def record(
     )
 
 
+async def dispatch(
+    scripts: Scripts, keys: GroupKeys, kind: str = "then", claimant: str = "test"
+) -> bool:
+    return await scripts.mark_dispatched(
+        keys,
+        token=TOKEN,
+        now_ms=NOW,
+        dispatched=kind,
+        tombstone_ms=5_000,
+        claimant=claimant,
+    )
+
+
 def test_every_script_name_states_the_number_of_keys_it_uses() -> None:
     group_scripts = 0
     for filename in SCRIPT_FILES.values():
@@ -241,13 +254,12 @@ async def test_dispatch_then_completion_leave_a_tombstone(
     await create(scripts, keys, total=1)
     assert await scripts.mark_planned(keys, token=TOKEN)
     args = {"token": TOKEN, "now_ms": NOW, "tombstone_ms": 5_000}
-    mark = {"dispatched": "then", "claimant": "test", **args}
-    assert not await scripts.mark_dispatched(keys, **mark)  # still open
+    assert not await dispatch(scripts, keys)  # still open
     await record(scripts, keys, 0, payload="1")
-    assert await scripts.mark_dispatched(keys, **mark)
+    assert await dispatch(scripts, keys)
     assert await client.hget(keys.meta, "state") == b"dispatched"
     assert await client.exists(keys.claim) == 0
-    assert not await scripts.mark_dispatched(keys, **mark)
+    assert not await dispatch(scripts, keys)
     assert not await scripts.mark_completed(
         keys, token="stale", now_ms=NOW, tombstone_ms=5_000
     )
@@ -264,14 +276,7 @@ async def test_a_group_with_no_continuation_completes_at_dispatch(
     scripts = Scripts(client)
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)
-    assert await scripts.mark_dispatched(
-        keys,
-        token=TOKEN,
-        now_ms=NOW,
-        dispatched="none",
-        tombstone_ms=5_000,
-        claimant="test",
-    )
+    assert await dispatch(scripts, keys, "none")
     assert await client.hget(keys.meta, "state") == b"completed"
     assert await client.exists(*keys.all) == 1
 
@@ -294,14 +299,7 @@ async def test_one_copy_of_a_continuation_runs_at_a_time_and_none_after_completi
     assert await scripts.begin_continuation(keys, token=TOKEN, now_ms=NOW) is Begin.RUN
     again = await scripts.begin_continuation(keys, token=TOKEN, now_ms=NOW + 1)
     assert again is Begin.RUNNING_ELSEWHERE
-    assert await scripts.mark_dispatched(
-        keys,
-        token=TOKEN,
-        now_ms=NOW,
-        dispatched="then",
-        tombstone_ms=5_000,
-        claimant="test",
-    )
+    assert await dispatch(scripts, keys, "then")
     assert await client.hget(keys.meta, "state") == b"running"
     # The running copy's worker died: once its lease (the span) is over, a
     # redelivered copy runs.
@@ -329,14 +327,7 @@ async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(
     assert await client.get(keys.claim) == b"sweep"
     assert not await scripts.reclaim_finaliser(keys, **reclaim)
     # The slow original finaliser records its dispatch but leaves the sweep's lease.
-    assert await scripts.mark_dispatched(
-        keys,
-        token=TOKEN,
-        now_ms=NOW,
-        dispatched="then",
-        tombstone_ms=5_000,
-        claimant="test",
-    )
+    assert await dispatch(scripts, keys, "then")
     assert await client.get(keys.claim) == b"sweep"
 
 
@@ -381,10 +372,7 @@ async def test_a_dispatch_is_recorded_even_after_the_continuation_completed(
     await record(scripts, keys, 0)
     assert await scripts.begin_continuation(keys, token=TOKEN, now_ms=NOW) is Begin.RUN
     await scripts.mark_completed(keys, token=TOKEN, now_ms=NOW, tombstone_ms=5_000)
-    mark = {"now_ms": NOW, "tombstone_ms": 5_000, "claimant": "test"}
-    assert await scripts.mark_dispatched(keys, token=TOKEN, dispatched="then", **mark)
+    assert await dispatch(scripts, keys)
     assert await client.hget(keys.meta, "state") == b"completed"
     assert await client.hget(keys.meta, "dispatched") == b"then"
-    assert not await scripts.mark_dispatched(
-        keys, token=TOKEN, dispatched="then", **mark
-    )
+    assert not await dispatch(scripts, keys)
