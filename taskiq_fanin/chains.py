@@ -109,7 +109,7 @@ async def kick_step(
             args = (previous, *args)
         await (
             step.with_labels(**label)
-            .kicker(fanin.broker)
+            .kicker(fanin.kicking_broker)
             .with_task_id(task_id)
             .kiq(*args, **step.kwargs)
         )
@@ -228,7 +228,7 @@ async def _after_failure(
             error=MemberError.model_validate_json(summary),
         )
         await (
-            cursor.on_error.kicker(fanin.broker)
+            cursor.on_error.kicker(fanin.kicking_broker)
             .with_task_id(f"{cursor.id}.on_error")
             .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
         )

@@ -168,7 +168,7 @@ async def finalise(
         ref = ContinuationRef(group_id=group_id, token=token, kind=kind)
         await (
             continuation.with_labels(**ref.label())
-            .kicker(fanin.broker)
+            .kicker(fanin.kicking_broker)
             .with_task_id(ref.task_id)
             .kiq(result, *continuation.args, **continuation.kwargs)
         )

@@ -30,6 +30,7 @@ from taskiq_fanin.config import (
     FanInConfig,
     choice,
 )
+from taskiq_fanin.dispatch import kicking_broker
 from taskiq_fanin.errors import MiddlewareNotFoundError
 from taskiq_fanin.inspection import status_from_meta
 from taskiq_fanin.keys import (
@@ -116,6 +117,7 @@ class FanInMiddleware(TaskiqMiddleware):
         self._redis: RedisClient | None = None if isinstance(redis, str) else redis
         self._scripts: Scripts | None = None
         self._chain_record: ChainRecord | None = None
+        self._kicking_broker: AsyncBroker | None = None
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -144,6 +146,7 @@ class FanInMiddleware(TaskiqMiddleware):
             self._redis = None
             self._scripts = None
             self._chain_record = None
+        self._kicking_broker = None
 
     @property
     def redis(self) -> RedisClient:
@@ -153,6 +156,13 @@ class FanInMiddleware(TaskiqMiddleware):
                 reason="FanInMiddleware is not started: await broker.startup() first"
             )
         return self._redis
+
+    @property
+    def kicking_broker(self) -> AsyncBroker:
+        """What the library kicks members and continuations through (``dispatch``)."""
+        if self._kicking_broker is None:
+            self._kicking_broker = kicking_broker(self.broker)
+        return self._kicking_broker
 
     @property
     def scripts(self) -> Scripts:

@@ -263,7 +263,7 @@ async def dispatch_members(
                 return
             await (
                 member.with_labels(**ref.label(), **labels)
-                .kicker(fanin.broker)
+                .kicker(fanin.kicking_broker)
                 .with_task_id(ref.task_id)
                 .kiq(*member.args, **member.kwargs)
             )
