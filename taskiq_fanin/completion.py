@@ -213,11 +213,16 @@ async def _state_of(fanin: "FanInMiddleware", group_id: str, token: str) -> str 
     return state if found == token else None
 
 
-async def may_run_continuation(fanin: "FanInMiddleware", ref: ContinuationRef) -> bool:
-    """One copy of a continuation runs at a time, and none after it completed."""
+async def may_run_continuation(
+    fanin: "FanInMiddleware", ref: ContinuationRef, *, attempt: int
+) -> bool:
+    """One copy of a continuation runs at a time, and none after it completed.
+
+    ``attempt`` counts the retry middleware's attempts: a later one takes over.
+    """
     keys = GroupKeys(fanin.config.prefix, ref.group_id)
     begun = await fanin.scripts.begin_continuation(
-        keys, token=ref.token, now_ms=now_ms()
+        keys, token=ref.token, now_ms=now_ms(), attempt=attempt
     )
     return begun is Begin.RUN
 
@@ -258,7 +263,9 @@ async def complete_continuation_of(fanin: "FanInMiddleware", group_id: str) -> N
         )
 
 
-async def release_continuation(fanin: "FanInMiddleware", ref: ContinuationRef) -> None:
+async def release_continuation(
+    fanin: "FanInMiddleware", ref: ContinuationRef, *, attempt: int
+) -> None:
     """An attempt of the continuation ended without completing it: let a retry run."""
     keys = GroupKeys(fanin.config.prefix, ref.group_id)
-    await fanin.scripts.release_continuation(keys, token=ref.token)
+    await fanin.scripts.release_continuation(keys, token=ref.token, attempt=attempt)

@@ -67,3 +67,15 @@ class ContinuationRef:
         if len(parts) != 3:
             return None
         return cls(group_id=parts[0], token=parts[1], kind=parts[2])
+
+
+#: The label taskiq's retry middlewares count a task's attempts in.
+RETRIES_LABEL = "_retries"
+
+
+def attempt_of(labels: dict[str, Any]) -> int:
+    """Which attempt of its task a message is: 0 first, 1 the first retry, ..."""
+    try:
+        return int(labels.get(RETRIES_LABEL, 0))
+    except (TypeError, ValueError):
+        return 0

@@ -39,7 +39,12 @@ from taskiq_fanin.keys import (
     GroupKeys,
     validate_group_id,
 )
-from taskiq_fanin.labels import CANCELLABLE_LABEL, ContinuationRef, MemberRef
+from taskiq_fanin.labels import (
+    CANCELLABLE_LABEL,
+    ContinuationRef,
+    MemberRef,
+    attempt_of,
+)
 from taskiq_fanin.models import FailurePolicy, GroupStatus, SweepPolicy
 from taskiq_fanin.planning import GroupHandle, plan_group, validate_plan
 from taskiq_fanin.scripts import RedisClient, Scripts, text
@@ -262,7 +267,7 @@ class FanInMiddleware(TaskiqMiddleware):
     async def _may_run(self, message: TaskiqMessage) -> bool:
         continuation = ContinuationRef.from_labels(message.labels)
         if continuation is not None and not await completion.may_run_continuation(
-            self, continuation
+            self, continuation, attempt=attempt_of(message.labels)
         ):
             logger.info(
                 "Group %s: continuation ran or is running; skipped",
@@ -297,8 +302,9 @@ class FanInMiddleware(TaskiqMiddleware):
         continuation = ContinuationRef.from_labels(message.labels)
         if isinstance(result.error, NoResultError):
             if continuation is not None and not skipped:
-                # Its retry is on the way: it must not find the lease taken.
-                await self._release(continuation)
+                # Its retry is on the way (it takes the lease over if it starts
+                # first); a redelivery of this attempt may run once it is released.
+                await self._release(continuation, attempt_of(message.labels))
             return
         member = MemberRef.from_labels(message.labels)
         cursor = ChainCursor.from_labels(message.labels)
@@ -315,9 +321,9 @@ class FanInMiddleware(TaskiqMiddleware):
             # taskiq would swallow it anyway; the sweep recovers what was not recorded.
             logger.exception("Recording the outcome of task %s failed", message.task_id)
 
-    async def _release(self, continuation: ContinuationRef) -> None:
+    async def _release(self, continuation: ContinuationRef, attempt: int) -> None:
         try:
-            await completion.release_continuation(self, continuation)
+            await completion.release_continuation(self, continuation, attempt=attempt)
         except Exception:
             logger.exception(
                 "Group %s: releasing the run lease failed", continuation.group_id

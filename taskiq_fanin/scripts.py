@@ -310,11 +310,11 @@ class Scripts:
         return bool(await self._scripts["cancel_group"](keys=keys.all, args=[now_ms]))
 
     async def begin_continuation(
-        self, keys: GroupKeys, *, token: str, now_ms: int
+        self, keys: GroupKeys, *, token: str, now_ms: int, attempt: int
     ) -> Begin:
         """May this delivery of the continuation run (one copy at a time)?"""
         code = await self._scripts["begin_continuation"](
-            keys=keys.all, args=[token, now_ms]
+            keys=keys.all, args=[token, now_ms, attempt]
         )
         return Begin(code)
 
@@ -328,8 +328,12 @@ class Scripts:
             )
         )
 
-    async def release_continuation(self, keys: GroupKeys, *, token: str) -> bool:
-        """Give up a continuation's run lease so that its retry may run."""
+    async def release_continuation(
+        self, keys: GroupKeys, *, token: str, attempt: int
+    ) -> bool:
+        """Give up an attempt's run lease so that its retry may run."""
         return bool(
-            await self._scripts["release_continuation"](keys=keys.all, args=[token])
+            await self._scripts["release_continuation"](
+                keys=keys.all, args=[token, attempt]
+            )
         )

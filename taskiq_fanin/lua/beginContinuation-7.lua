@@ -5,17 +5,23 @@
   redelivered after its worker died runs again once the lease is over. The
   continuation may start before its finaliser has recorded the dispatch.
 
+  A retry middleware kicks the next attempt of a failed one before that failed
+  attempt's worker has released its lease: a later attempt (run_attempt) takes
+  the lease over, a copy of the same or an earlier attempt does not.
+
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
 
   ARGV[1] token
   ARGV[2] now       epoch ms
+  ARGV[3] attempt   0 first, 1 the first retry, ...
 
   Returns 1: run it; 0: skip it (completed, or cancelled); 2: skip it (another
   copy is running). A group that is gone (expired) or of another token: 1, since
   losing the work is worse than running it again.
 ]]
-local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'span', 'run_until')
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'span', 'run_until',
+  'run_attempt')
 if meta[1] ~= ARGV[1] then
   return 1
 end
@@ -23,9 +29,11 @@ if meta[2] == 'completed' or meta[2] == 'cancelled' then
   return 0
 end
 local now = tonumber(ARGV[2])
-if meta[2] == 'running' and tonumber(meta[4]) > now then
+local attempt = tonumber(ARGV[3])
+if meta[2] == 'running' and tonumber(meta[4]) > now
+    and attempt <= (tonumber(meta[5]) or 0) then
   return 2
 end
 redis.call('HSET', KEYS[1], 'state', 'running', 'started_at', now,
-  'run_until', now + tonumber(meta[3]))
+  'run_until', now + tonumber(meta[3]), 'run_attempt', attempt)
 return 1

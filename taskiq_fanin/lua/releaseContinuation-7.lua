@@ -1,17 +1,20 @@
 --[[
   A continuation's attempt ended without completing it (it failed, and the retry
-  middleware will run it again): give up its run lease so the retry may run.
+  middleware will run it again): give up its run lease so the retry may run,
+  unless the retry has already taken the lease over (beginContinuation).
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
 
   ARGV[1] token
+  ARGV[2] attempt   the attempt that ended
 
-  Returns 1 when released, 0 when the group is missing, not this token's, or
-  not running.
+  Returns 1 when released, 0 when the group is missing, not this token's, not
+  running, or running a later attempt.
 ]]
-local meta = redis.call('HMGET', KEYS[1], 'token', 'state')
-if meta[1] ~= ARGV[1] or meta[2] ~= 'running' then
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'run_attempt')
+if meta[1] ~= ARGV[1] or meta[2] ~= 'running'
+    or (tonumber(meta[3]) or 0) ~= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('HSET', KEYS[1], 'state', 'dispatched', 'run_until', 0)
