@@ -53,20 +53,47 @@ class LossyStreamBroker(RedisStreamBroker):
         await super().kick(message)
 
 
+#: How long a test broker's read of its stream blocks (ms).
+BLOCK_MS = 100
+
+
 def stream_broker(
     redis_url: str,
     prefix: str,
     *middlewares: TaskiqMiddleware,
     fanin_redis: str | RedisClient | None = None,
     **fanin: Any,
-) -> tuple[LossyStreamBroker, FanInMiddleware]:
+) -> tuple[RedisStreamBroker, FanInMiddleware]:
     """A stream broker on its own stream, with a ``FanInMiddleware`` under ``prefix``
     (on ``fanin_redis``, a URL or a client, when given, else on the broker's Redis).
+
+    A plain ``RedisStreamBroker``, so the library's kicks go in pipelines as they
+    do for users (``taskiq_fanin.dispatch``).
     """
+    broker = RedisStreamBroker(
+        redis_url, queue_name=f"{prefix}:stream", xread_block=BLOCK_MS
+    )
     fanin_middleware = FanInMiddleware(fanin_redis or redis_url, prefix=prefix, **fanin)
+    broker.with_middlewares(*middlewares, fanin_middleware)
+    return broker, fanin_middleware
+
+
+def lossy_stream_broker(
+    redis_url: str,
+    prefix: str,
+    *middlewares: TaskiqMiddleware,
+    fanin_redis: str | RedisClient | None = None,
+    **fanin: Any,
+) -> tuple[LossyStreamBroker, FanInMiddleware]:
+    """As :func:`stream_broker`, on a broker that can lose or refuse messages.
+
+    Its own ``kick`` makes the library kick through it one message at a time.
+    """
     broker = LossyStreamBroker(
-        redis_url, queue_name=f"{prefix}:stream", xread_block=100
-    ).with_middlewares(*middlewares, fanin_middleware)
+        redis_url, queue_name=f"{prefix}:stream", xread_block=BLOCK_MS
+    )
+    fanin_middleware = FanInMiddleware(fanin_redis or redis_url, prefix=prefix, **fanin)
+    broker.with_middlewares(*middlewares, fanin_middleware)
     return broker, fanin_middleware
 
 

@@ -32,7 +32,7 @@ from taskiq_fanin.middleware import find_fanin
 from tests.harness import (
     SentMessages,
     eventually,
-    stream_broker,
+    lossy_stream_broker,
     worker,
     worker_process,
 )
@@ -48,7 +48,7 @@ async def test_a_member_never_dispatched_is_reported_then_redriven_once(
     redis_url: str, key_prefix: str
 ) -> None:
     sent = SentMessages()
-    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, sent)
     results: list[GroupResult] = []
     runs: list[int] = []
 
@@ -98,7 +98,7 @@ async def test_a_member_never_dispatched_is_reported_then_redriven_once(
 async def test_a_planner_that_died_mid_dispatch_is_finished_by_the_sweep(
     redis_url: str, key_prefix: str
 ) -> None:
-    broker, fanin = stream_broker(redis_url, key_prefix, sweep_policy="redrive")
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, sweep_policy="redrive")
     results: list[GroupResult] = []
 
     @broker.task
@@ -144,7 +144,7 @@ async def test_a_finaliser_that_died_after_its_claim_is_recovered_once(
 ) -> None:
     fault = FailFirstContinuationKick()
     sent = SentMessages()
-    broker, fanin = stream_broker(
+    broker, fanin = lossy_stream_broker(
         redis_url, key_prefix, fault, sent, finaliser_lease=SHORT
     )
     ran: list[GroupResult] = []
@@ -189,7 +189,7 @@ async def test_give_up_runs_the_continuation_once_with_the_lost_members(
     redis_url: str, key_prefix: str
 ) -> None:
     sent = SentMessages()
-    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, sent)
     results: list[GroupResult] = []
     runs: list[int] = []
 
@@ -247,7 +247,7 @@ async def _token(fanin: FanInMiddleware, group_id: str) -> str:
 async def test_two_sweeps_at_the_same_moment_act_once(
     redis_url: str, key_prefix: str
 ) -> None:
-    broker, fanin = stream_broker(redis_url, key_prefix, sweep_policy="redrive")
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, sweep_policy="redrive")
 
     @broker.task
     async def member(index: int) -> None:
@@ -275,7 +275,7 @@ async def test_two_sweeps_at_the_same_moment_act_once(
 
 
 async def test_redrives_stop_at_the_maximum(redis_url: str, key_prefix: str) -> None:
-    broker, fanin = stream_broker(redis_url, key_prefix, max_redrives=1)
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, max_redrives=1)
 
     @broker.task
     async def member(index: int) -> None:
@@ -301,7 +301,7 @@ async def test_redrives_stop_at_the_maximum(redis_url: str, key_prefix: str) -> 
 async def test_the_sweep_task_is_scheduled_by_taskiq_and_returns_its_report(
     redis_url: str, key_prefix: str
 ) -> None:
-    broker, fanin = stream_broker(redis_url, key_prefix)
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix)
     sweep_task = register_sweep_task(broker, schedule=[{"interval": 60}])
 
     @broker.task
@@ -390,7 +390,9 @@ async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
     sent = SentMessages()
     # The sweep first looks again at a finalised group when the finaliser's lease
     # ends: a short one here, so that the continuation's deadline decides.
-    broker, fanin = stream_broker(redis_url, key_prefix, sent, finaliser_lease=SHORT)
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, sent, finaliser_lease=SHORT
+    )
     ran: list[GroupResult] = []
 
     @broker.task
@@ -441,7 +443,7 @@ async def _done(fanin: FanInMiddleware, group_id: str, count: int) -> bool:
 async def test_a_chain_whose_next_step_was_lost_is_reported_then_redriven(
     redis_url: str, key_prefix: str
 ) -> None:
-    broker, fanin = stream_broker(redis_url, key_prefix, deadline=SHORT)
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, deadline=SHORT)
     ran: list[str] = []
 
     @broker.task
