@@ -4,6 +4,7 @@ The member that completes its group enqueues the continuation exactly once
 (invariants 2, 3 and 5).
 """
 
+import asyncio
 import logging
 import os
 import socket
@@ -83,7 +84,7 @@ async def record_member(
         payload = result_payload(
             result.return_value, fanin.config.max_result_bytes, ref
         )
-    recorded = await fanin.scripts.record_outcome(
+    recorded, collected = await fanin.scripts.record_outcome(
         keys,
         token=ref.token,
         index=ref.index,
@@ -104,15 +105,9 @@ async def record_member(
         )
     if recorded in (Recorded.RECORDED, Recorded.CLAIMED):
         metrics.member_recorded(outcome.value)
-    if recorded is Recorded.CLAIMED:
+    if recorded is Recorded.CLAIMED and collected is not None:
         claimed = time.monotonic()
-        # Should this worker die before the dispatch, the sweep looks again when
-        # the lease runs out rather than at the group's deadline.
-        await fanin.redis.zadd(
-            index_key(fanin.config.prefix),
-            {ref.group_id: now_ms() + int(fanin.config.lease * 1000)},
-        )
-        await finalise(fanin, ref.group_id, ref.token)
+        await finalise(fanin, ref.group_id, ref.token, collected=collected)
         metrics.DISPATCH_LATENCY.observe(time.monotonic() - claimed)
     return recorded
 
@@ -148,30 +143,46 @@ def choose_continuation(
 
 
 async def finalise(
-    fanin: "FanInMiddleware", group_id: str, token: str, *, claimant: str = CLAIMANT
+    fanin: "FanInMiddleware",
+    group_id: str,
+    token: str,
+    *,
+    claimant: str = CLAIMANT,
+    collected: CollectedOutcomes | None = None,
 ) -> None:
     """Enqueue the continuation of a claimed group, then release the claim.
 
-    Called by the member that claimed the finaliser lease, and by the sweep when a
-    lease ran out before the dispatch was recorded (or a continuation is overdue);
-    the deterministic task id and ``beginContinuation`` keep a second dispatch
-    from running twice.
+    Called by the member that claimed the finaliser lease (with the ``collected``
+    outcomes its claim returned), and by the sweep when a lease ran out before
+    the dispatch was recorded (or a continuation is overdue); the deterministic
+    task id and ``beginContinuation`` keep a second dispatch from running twice.
     """
     keys = GroupKeys(fanin.config.prefix, group_id)
-    collected = await fanin.scripts.collect_outcomes(keys, token=token)
     if collected is None:
-        logger.warning("Group %s vanished before it could be finalised", group_id)
-        return
+        collected = await fanin.scripts.collect_outcomes(keys, token=token)
+        if collected is None:
+            logger.warning("Group %s vanished before it could be finalised", group_id)
+            return
     result = build_result(group_id, collected)
     kind, continuation = choose_continuation(collected, result)
-    if continuation is not None:
+    # Should this worker die before the dispatch is recorded, the sweep looks
+    # again when the lease runs out rather than at the group's deadline. Only a
+    # hint for the sweep, so it goes beside the kick rather than before it.
+    rescore = fanin.redis.zadd(
+        index_key(fanin.config.prefix),
+        {group_id: now_ms() + int(fanin.config.lease * 1000)},
+    )
+    if continuation is None:
+        await rescore
+    else:
         ref = ContinuationRef(group_id=group_id, token=token, kind=kind)
-        await (
+        kick = (
             continuation.with_labels(**ref.label())
             .kicker(fanin.kicking_broker)
             .with_task_id(ref.task_id)
             .kiq(result, *continuation.args, **continuation.kwargs)
         )
+        await asyncio.gather(rescore, kick)
     dispatched = await fanin.scripts.mark_dispatched(
         keys,
         token=token,

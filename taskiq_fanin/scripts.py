@@ -119,6 +119,25 @@ def text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _collected(reply: list[Any]) -> CollectedOutcomes:
+    """``collectOutcomes``'s reply (also what ``recordOutcome`` hands a claimant)."""
+    total, then, on_error, policy, state, span, lost = reply[:7]
+    done, failed, results, errors = reply[7:]
+    return CollectedOutcomes(
+        total=int(total),
+        then=text(then),
+        on_error=text(on_error),
+        policy=text(policy),
+        state=text(state),
+        span_ms=int(span),
+        lost=[int(index) for index in text(lost).split(",") if index],
+        done=sorted(int(member) for member in done),
+        failed=sorted(int(member) for member in failed),
+        results=_json_by_index(results),
+        errors=_json_by_index(errors),
+    )
+
+
 def _json_by_index(flat: list[bytes | str]) -> dict[int, Any]:
     fields, values = flat[::2], flat[1::2]
     return {
@@ -200,35 +219,22 @@ class Scripts:
         now_ms: int,
         lease_ms: int,
         claimant: str,
-    ) -> Recorded:
-        """Record one member's outcome; ``CLAIMED`` means: you finalise."""
-        reply = await self._record_outcome(
+    ) -> tuple[Recorded, "CollectedOutcomes | None"]:
+        """Record one member's outcome; ``CLAIMED`` means: you finalise.
+
+        The claimant also gets what the finaliser needs (``collect_outcomes``).
+        """
+        code, *collected = await self._record_outcome(
             keys.all, [token, index, outcome.value, payload, now_ms, lease_ms, claimant]
         )
-        return Recorded(reply[0])
+        return Recorded(code), _collected(collected) if collected else None
 
     async def collect_outcomes(
         self, keys: GroupKeys, *, token: str
     ) -> CollectedOutcomes | None:
         """Read what the finaliser needs; ``None`` if the group is gone."""
         reply = await self._scripts["collect_outcomes"](keys=keys.all, args=[token])
-        if not reply:
-            return None
-        total, then, on_error, policy, state, span, lost = reply[:7]
-        done, failed, results, errors = reply[7:]
-        return CollectedOutcomes(
-            total=int(total),
-            then=text(then),
-            on_error=text(on_error),
-            policy=text(policy),
-            state=text(state),
-            span_ms=int(span),
-            lost=[int(index) for index in text(lost).split(",") if index],
-            done=sorted(int(member) for member in done),
-            failed=sorted(int(member) for member in failed),
-            results=_json_by_index(results),
-            errors=_json_by_index(errors),
-        )
+        return _collected(reply) if reply else None
 
     async def mark_planned(self, keys: GroupKeys, *, token: str) -> bool:
         """Note that every member was dispatched."""

@@ -73,10 +73,11 @@ async def test_one_script_call_per_completion_and_a_fixed_cost_per_group(
 
     # One round trip per completion: exactly one EVALSHA, nothing else sent.
     assert per_child["evalsha"] == 1
-    # Per group: create, planned, collect, dispatched, begin (the continuation's
-    # run guard) and completed: six scripts; the sweep's index scored at planning
-    # and at the claim, then removed.
-    assert per_group["evalsha"] == 6
+    # Per group: create, planned, dispatched, begin (the continuation's run
+    # guard) and completed: five scripts (the claim hands the finaliser the
+    # outcomes); the sweep's index scored at planning and at the claim, then
+    # removed.
+    assert per_group["evalsha"] == 5
     assert per_group["zadd"] == 2
     assert per_group["zrem"] == 1
     inside = sum(v for k, v in per_child.items() if k != "evalsha")

@@ -64,7 +64,7 @@ async def record(
     token: str = TOKEN,
     payload: str = "",
 ) -> Recorded:
-    return await scripts.record_outcome(
+    recorded, _ = await scripts.record_outcome(
         keys,
         token=token,
         index=index,
@@ -74,6 +74,7 @@ async def record(
         lease_ms=30_000,
         claimant="test",
     )
+    return recorded
 
 
 async def dispatch(
@@ -235,9 +236,21 @@ async def test_collect_reads_outcomes_and_refuses_a_wrong_token(
     await create(scripts, keys, total=3)
     await record(scripts, keys, 2, payload='{"w": 2}')
     await record(scripts, keys, 0)
-    await record(scripts, keys, 1, Outcome.FAILED, payload='{"type":"E","message":"m"}')
+    claimed, handed = await scripts.record_outcome(
+        keys,
+        token=TOKEN,
+        index=1,
+        outcome=Outcome.FAILED,
+        payload='{"type":"E","message":"m"}',
+        now_ms=NOW,
+        lease_ms=30_000,
+        claimant="test",
+    )
     collected = await scripts.collect_outcomes(keys, token=TOKEN)
     assert collected is not None
+    # The claimant was handed what collectOutcomes reads.
+    assert (claimed, handed) == (Recorded.CLAIMED, collected)
+    assert collected.state == "claimed"
     assert collected.total == 3
     assert collected.then == '{"t":"then"}'
     assert collected.done == [0, 2]

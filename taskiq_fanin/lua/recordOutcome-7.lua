@@ -17,7 +17,9 @@
 
   Returns {code}: 1 recorded, 2 recorded and claimed (call the finaliser),
   3 duplicate, 4 conflict (the other outcome is already recorded), 5 no such
-  group, 6 not a member, 7 token mismatch, 8 group already finalised.
+  group, 6 not a member, 7 token mismatch, 8 group already finalised. With 2
+  come, after the code, the fields collectOutcomes returns: the claimant
+  finalises without reading them again.
 ]]
 local meta = redis.call('HMGET', KEYS[1],
   'token', 'state', 'total', 'expires', 'done_count', 'failed_count')
@@ -65,4 +67,11 @@ if not redis.call('SET', KEYS[7], ARGV[7], 'NX', 'PX', ARGV[6]) then
   return {1}
 end
 redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_at', ARGV[5])
-return {2}
+local more = redis.call('HMGET', KEYS[1], 'then', 'on_error', 'policy', 'span', 'lost')
+return {
+  2, meta[3], more[1], more[2], more[3], 'claimed', more[4], more[5] or '',
+  redis.call('SMEMBERS', KEYS[3]),
+  redis.call('SMEMBERS', KEYS[4]),
+  redis.call('HGETALL', KEYS[5]),
+  redis.call('HGETALL', KEYS[6]),
+}
