@@ -19,9 +19,6 @@ from redis.exceptions import NoScriptError
 
 #: The most commands one pipeline carries.
 MAX_BATCH = 256
-#: How long a batch of script calls waits for more before it goes: a millisecond
-#: more on one completion buys a busy worker pipelines several times larger.
-GATHER_SECONDS = 0.001
 
 #: Adds one command to a pipeline (whatever redis-py pipeline method fits).
 Command = Callable[[Any], object]
@@ -83,16 +80,16 @@ class PipelineBatcher:
 
 
 class ScriptBatcher:
-    """Calls one registered script; calls made while a batch is out wait for it.
+    """Calls one registered script through a shared :class:`PipelineBatcher`.
 
     Every call is still exactly one EVALSHA inside Redis.
     """
 
-    def __init__(self, client: Redis | RedisCluster, script: AsyncScript) -> None:
+    def __init__(self, batcher: PipelineBatcher, script: AsyncScript) -> None:
         self._script = script
-        self._batcher = PipelineBatcher(client, gather_seconds=GATHER_SECONDS)
+        self._batcher = batcher
 
-    async def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+    async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
         """Run the script with ``keys`` and ``args``; returns its reply."""
         command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
         try:

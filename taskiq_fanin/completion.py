@@ -168,9 +168,9 @@ async def finalise(
     # Should this worker die before the dispatch is recorded, the sweep looks
     # again when the lease runs out rather than at the group's deadline. Only a
     # hint for the sweep, so it goes beside the kick rather than before it.
-    rescore = fanin.redis.zadd(
-        index_key(fanin.config.prefix),
-        {group_id: now_ms() + int(fanin.config.lease * 1000)},
+    lease_end = now_ms() + int(fanin.config.lease * 1000)
+    rescore = fanin.scripts.send(
+        lambda pipe: pipe.zadd(index_key(fanin.config.prefix), {group_id: lease_end})
     )
     if continuation is None:
         await rescore
@@ -195,7 +195,7 @@ async def finalise(
         return  # a re-dispatch of an overdue continuation: already counted
     metrics.GROUPS_FINALISED.labels(continuation=kind).inc()
     if continuation is None:
-        await fanin.redis.zrem(index_key(fanin.config.prefix), group_id)
+        await _unindex(fanin, group_id)
     # Otherwise the index entry stays at the lease's end: the sweep then finds
     # the group dispatched and looks again at the continuation's deadline.
     logger.info(
@@ -213,6 +213,13 @@ async def finalise(
             "lost": len(result.lost),
             "continuation": kind,
         },
+    )
+
+
+async def _unindex(fanin: "FanInMiddleware", group_id: str) -> None:
+    """The group needs no more sweeping: out of the sweep's index."""
+    await fanin.scripts.send(
+        lambda pipe: pipe.zrem(index_key(fanin.config.prefix), group_id)
     )
 
 
@@ -247,7 +254,7 @@ async def complete_continuation(fanin: "FanInMiddleware", ref: ContinuationRef) 
         now_ms=now_ms(),
         tombstone_ms=int(fanin.config.tombstone_ttl * 1000),
     )
-    await fanin.redis.zrem(index_key(fanin.config.prefix), ref.group_id)
+    await _unindex(fanin, ref.group_id)
 
 
 async def cancel_group(fanin: "FanInMiddleware", group_id: str) -> bool:
@@ -255,7 +262,7 @@ async def cancel_group(fanin: "FanInMiddleware", group_id: str) -> bool:
     keys = GroupKeys(fanin.config.prefix, group_id)
     cancelled = await fanin.scripts.cancel_group(keys, now_ms=now_ms())
     if cancelled:
-        await fanin.redis.zrem(index_key(fanin.config.prefix), group_id)
+        await _unindex(fanin, group_id)
     return cancelled
 
 

@@ -171,8 +171,10 @@ async def plan_group(fanin: "FanInMiddleware", plan: GroupPlan) -> GroupHandle:
     deadline_ms = now_ms + int(plan.deadline * 1000)
     # The index may be stale (the sweep prunes it); written first, it never misses
     # a group whose ledger exists.
-    await fanin.redis.zadd(
-        index_key(fanin.config.prefix), {plan.group_id: deadline_ms}, nx=True
+    await fanin.scripts.send(
+        lambda pipe: pipe.zadd(
+            index_key(fanin.config.prefix), {plan.group_id: deadline_ms}, nx=True
+        )
     )
     created, token = await fanin.scripts.create_group(
         keys,

@@ -13,9 +13,8 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
-from redis.commands.core import AsyncScript
 
-from taskiq_fanin.batching import ScriptBatcher
+from taskiq_fanin.batching import Command, PipelineBatcher, ScriptBatcher
 from taskiq_fanin.keys import GroupKeys
 
 RedisClient = Redis | RedisCluster
@@ -154,15 +153,25 @@ def read_script(filename: str) -> str:
 
 
 class Scripts:
-    """The scripts registered on one client, one typed method per script."""
+    """The scripts registered on one client, one typed method per script.
+
+    Every call goes through one :class:`PipelineBatcher`: calls made together
+    (members finishing at once, continuations starting at once, planners)
+    share a round trip.
+    """
 
     def __init__(self, client: RedisClient) -> None:
-        self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(read_script(filename))
+        self._batcher = PipelineBatcher(client)
+        self._scripts: dict[str, ScriptBatcher] = {
+            name: ScriptBatcher(
+                self._batcher, client.register_script(read_script(filename))
+            )
             for name, filename in SCRIPT_FILES.items()
         }
-        # The per-member hot path: completions that finish together share a trip.
-        self._record_outcome = ScriptBatcher(client, self._scripts["record_outcome"])
+
+    async def send(self, command: Command) -> Any:
+        """A plain command (``lambda pipe: pipe.zrem(...)``) in the shared pipeline."""
+        return await self._batcher(command)
 
     async def create_group(
         self,
@@ -224,7 +233,7 @@ class Scripts:
 
         The claimant also gets what the finaliser needs (``collect_outcomes``).
         """
-        code, *collected = await self._record_outcome(
+        code, *collected = await self._scripts["record_outcome"](
             keys.all, [token, index, outcome.value, payload, now_ms, lease_ms, claimant]
         )
         return Recorded(code), _collected(collected) if collected else None

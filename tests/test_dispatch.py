@@ -113,12 +113,12 @@ async def test_a_groups_members_share_pipelines_and_each_runs_the_middlewares(
 ) -> None:
     size = 120
     log = SendLog(redis_client, f"{key_prefix}:stream")
-    broker, _ = stream_broker(redis_url, key_prefix, log)
-    pipelines: list[int] = []
+    broker, fanin = stream_broker(redis_url, key_prefix, log)
+    batches: list[tuple[PipelineBatcher, int]] = []
     send = PipelineBatcher._send
 
     async def counting_send(self: PipelineBatcher, batch: list[Any]) -> None:
-        pipelines.append(len(batch))
+        batches.append((self, len(batch)))
         await send(self, batch)
 
     monkeypatch.setattr(PipelineBatcher, "_send", counting_send)
@@ -128,10 +128,13 @@ async def test_a_groups_members_share_pipelines_and_each_runs_the_middlewares(
         return None
 
     await broker.startup()
+    kicks = fanin.kicking_broker
+    assert isinstance(kicks, PipelinedBroker)
     try:
         handle = await group([Signature.of(member, i) for i in range(size)]).kiq(broker)
     finally:
         await broker.shutdown()
+    pipelines = [size for batcher, size in batches if batcher is kicks._batcher]
     ids = {f"{handle.group_id}.{index}" for index in range(size)}
     assert set(log.before) == ids
     assert set(log.after_and_found) == ids  # post_send came after Redis had it
