@@ -248,13 +248,17 @@ async def may_run_continuation(
 async def complete_continuation(fanin: "FanInMiddleware", ref: ContinuationRef) -> None:
     """The continuation ran to its end: shrink the group to its tombstone."""
     keys = GroupKeys(fanin.config.prefix, ref.group_id)
-    await fanin.scripts.mark_completed(
-        keys,
-        token=ref.token,
-        now_ms=now_ms(),
-        tombstone_ms=int(fanin.config.tombstone_ttl * 1000),
+    # One pipeline, in this order: should the script fail, the group's keys
+    # still expire with their TTL, and nothing is left to sweep.
+    await asyncio.gather(
+        fanin.scripts.mark_completed(
+            keys,
+            token=ref.token,
+            now_ms=now_ms(),
+            tombstone_ms=int(fanin.config.tombstone_ttl * 1000),
+        ),
+        _unindex(fanin, ref.group_id),
     )
-    await _unindex(fanin, ref.group_id)
 
 
 async def cancel_group(fanin: "FanInMiddleware", group_id: str) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pydantic_core import PydanticSerializationError
+from redis.asyncio import RedisCluster
 
 from taskiq_fanin import metrics
 from taskiq_fanin.chain_spec import (
@@ -169,14 +170,12 @@ async def plan_group(fanin: "FanInMiddleware", plan: GroupPlan) -> GroupHandle:
     keys = GroupKeys(fanin.config.prefix, plan.group_id)
     now_ms = int(time.time() * 1000)
     deadline_ms = now_ms + int(plan.deadline * 1000)
-    # The index may be stale (the sweep prunes it); written first, it never misses
-    # a group whose ledger exists.
-    await fanin.scripts.send(
+    index = fanin.scripts.send(
         lambda pipe: pipe.zadd(
             index_key(fanin.config.prefix), {plan.group_id: deadline_ms}, nx=True
         )
     )
-    created, token = await fanin.scripts.create_group(
+    create = fanin.scripts.create_group(
         keys,
         token=secrets.token_hex(8),
         now_ms=now_ms,
@@ -192,6 +191,15 @@ async def plan_group(fanin: "FanInMiddleware", plan: GroupPlan) -> GroupHandle:
         members=plan.ledger,
         planner_lease_ms=int(fanin.config.lease * 1000),
     )
+    # The index may be stale (the sweep prunes it), but it must never miss a
+    # group whose ledger exists: it is written first. On one server both go in
+    # one pipeline, which Redis runs in order; a cluster may run them on two
+    # nodes in any order, so there the index is written before the ledger.
+    if isinstance(fanin.redis, RedisCluster):
+        await index
+        created, token = await create
+    else:
+        _, (created, token) = await asyncio.gather(index, create)
     if created is Created.EXISTS:
         return GroupHandle(group_id=plan.group_id, created=False, _fanin=fanin)
     if created is Created.EXISTS_UNPLANNED:
