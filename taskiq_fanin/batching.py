@@ -11,6 +11,7 @@ loop; a busy one sends fewer, larger pipelines.
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
@@ -19,6 +20,8 @@ from redis.exceptions import NoScriptError
 
 #: The most commands one pipeline carries.
 MAX_BATCH = 256
+#: The longest a command waits for others to join its pipeline (seconds).
+MAX_GATHER = 0.001
 
 #: Adds one command to a pipeline (whatever redis-py pipeline method fits).
 Command = Callable[[Any], object]
@@ -28,15 +31,17 @@ _Pending = tuple[Command, "asyncio.Future[Any]"]
 class PipelineBatcher:
     """Sends commands in pipelines; those issued while one is out wait for the next.
 
-    :param gather_seconds: how long a batch waits for more commands before it
-        goes; 0 still collects every command issued in the same loop turn.
+    Before a batch goes it waits a turn of the event loop, and more turns while
+    each brings more commands (up to ``max_gather_seconds``): an idle loop sends
+    at once, a busy one (completions arriving on every turn) sends larger
+    pipelines, which saves it more CPU than the wait costs.
     """
 
     def __init__(
-        self, client: Redis | RedisCluster, *, gather_seconds: float = 0.0
+        self, client: Redis | RedisCluster, *, max_gather_seconds: float = MAX_GATHER
     ) -> None:
         self._client = client
-        self._gather_seconds = gather_seconds
+        self._max_gather = max_gather_seconds
         self._pending: list[_Pending] = []
         self._sender: asyncio.Task[None] | None = None
 
@@ -54,7 +59,7 @@ class PipelineBatcher:
 
     async def _send_while_pending(self) -> None:
         while self._pending:
-            await asyncio.sleep(self._gather_seconds)
+            await asyncio.sleep(self._max_gather)
             batch = self._pending[:MAX_BATCH]
             del self._pending[:MAX_BATCH]
             await self._send(batch)
@@ -97,3 +102,86 @@ class ScriptBatcher:
         except NoScriptError:
             # The server lost its script cache: the script object reloads it.
             return await self._script(keys=keys, args=args)
+
+
+@dataclass
+class _GroupCall:
+    """The members of one group waiting to go as one script call."""
+
+    keys: Sequence[Any]
+    token: str
+    head: Sequence[Any]
+    members: list[tuple[Sequence[Any], "asyncio.Future[tuple[Any, Any]]"]] = field(
+        default_factory=list
+    )
+
+
+class OutcomeBatcher:
+    """Outcomes of one group recorded together go as one ``recordOutcome`` call.
+
+    A busy worker finishes many members of the same group at once; their
+    outcomes share one script call (and its keys and shared arguments) instead
+    of one call each, inside the pipeline of everything else being sent. The
+    script takes the members in order, each as if recorded alone.
+    """
+
+    def __init__(self, batcher: PipelineBatcher, script: AsyncScript) -> None:
+        self._script = script
+        self._batcher = batcher
+        self._open: dict[tuple[Any, ...], _GroupCall] = {}
+        self._sending: set[asyncio.Task[None]] = set()  # the loop keeps weak refs
+
+    async def __call__(
+        self,
+        keys: Sequence[Any],
+        token: str,
+        head: Sequence[Any],
+        member: Sequence[Any],
+    ) -> tuple[Any, Any]:
+        """Record one member; returns its code and the call's shared reply.
+
+        ``head`` (the script's arguments after the token) is taken from the
+        first member of a call: a worker passes the same, up to the clock.
+        """
+        key = (*keys, token)
+        call = self._open.get(key)
+        reply: asyncio.Future[tuple[Any, Any]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        if call is None:
+            call = self._open[key] = _GroupCall(keys, token, head)
+            self._send(key, call)
+        call.members.append((member, reply))
+        return await reply
+
+    def _send(self, key: tuple[Any, ...], call: _GroupCall) -> None:
+        def add(pipe: Any) -> None:
+            # From now on this call is closed: later members start the next one.
+            if self._open.get(key) is call:
+                del self._open[key]
+            pipe.execute_command("EVALSHA", self._script.sha, *self._arguments(call))
+
+        async def send() -> None:
+            try:
+                try:
+                    codes, shared = await self._batcher(add)
+                except NoScriptError:
+                    args = self._arguments(call)[len(call.keys) + 1 :]
+                    codes, shared = await self._script(keys=call.keys, args=args)
+            except Exception as exc:  # noqa: BLE001 - every member gets the error
+                for _, reply in call.members:
+                    if not reply.done():
+                        reply.set_exception(exc)
+                return
+            for (_, reply), code in zip(call.members, codes, strict=True):
+                if not reply.done():
+                    reply.set_result((code, shared))
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    @staticmethod
+    def _arguments(call: _GroupCall) -> list[Any]:
+        flat = [value for member, _ in call.members for value in member]
+        return [len(call.keys), *call.keys, call.token, *call.head, *flat]

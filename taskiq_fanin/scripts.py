@@ -14,7 +14,12 @@ from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
 
-from taskiq_fanin.batching import Command, PipelineBatcher, ScriptBatcher
+from taskiq_fanin.batching import (
+    Command,
+    OutcomeBatcher,
+    PipelineBatcher,
+    ScriptBatcher,
+)
 from taskiq_fanin.keys import GroupKeys
 
 RedisClient = Redis | RedisCluster
@@ -162,12 +167,18 @@ class Scripts:
 
     def __init__(self, client: RedisClient) -> None:
         self._batcher = PipelineBatcher(client)
-        self._scripts: dict[str, ScriptBatcher] = {
-            name: ScriptBatcher(
-                self._batcher, client.register_script(read_script(filename))
-            )
+        registered = {
+            name: client.register_script(read_script(filename))
             for name, filename in SCRIPT_FILES.items()
         }
+        self._scripts: dict[str, ScriptBatcher] = {
+            name: ScriptBatcher(self._batcher, script)
+            for name, script in registered.items()
+        }
+        # Members of one group finishing together share one script call.
+        self._record_outcome = OutcomeBatcher(
+            self._batcher, registered["record_outcome"]
+        )
 
     async def send(self, command: Command) -> Any:
         """A plain command (``lambda pipe: pipe.zrem(...)``) in the shared pipeline."""
@@ -233,10 +244,16 @@ class Scripts:
 
         The claimant also gets what the finaliser needs (``collect_outcomes``).
         """
-        code, *collected = await self._scripts["record_outcome"](
-            keys.all, [token, index, outcome.value, payload, now_ms, lease_ms, claimant]
+        code, collected = await self._record_outcome(
+            keys.all,
+            token,
+            head=(now_ms, lease_ms, claimant),
+            member=(index, outcome.value, payload),
         )
-        return Recorded(code), _collected(collected) if collected else None
+        recorded = Recorded(code)
+        if recorded is Recorded.CLAIMED:
+            return recorded, _collected(collected)
+        return recorded, None
 
     async def collect_outcomes(
         self, keys: GroupKeys, *, token: str

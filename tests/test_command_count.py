@@ -28,8 +28,12 @@ async def commandstats(client: Redis) -> Counter[str]:
 
 
 async def run_group(
-    redis_url: str, fanin_url: str, prefix: str, size: int
+    redis_url: str, fanin_url: str, prefix: str, size: int, *, slots: int = 1
 ) -> Counter[str]:
+    """Commands the fan-in's Redis ran for one group of ``size`` no-op members.
+
+    With one slot, members finish one at a time, so none share a script call.
+    """
     # Listed before the fan-in middleware, its post_execute runs after fan-in's:
     # waiting on it needs no Redis command that would blur the count.
     sent = SentMessages()
@@ -45,7 +49,7 @@ async def run_group(
 
     client = Redis.from_url(fanin_url)
     try:
-        async with worker(broker, max_async_tasks=10):
+        async with worker(broker, max_async_tasks=slots):
             before = await commandstats(client)
             await group([Signature.of(member, i) for i in range(size)], then=then).kiq(
                 broker
@@ -71,7 +75,7 @@ async def test_one_script_call_per_completion_and_a_fixed_cost_per_group(
     per_child = {name: (large[name] - small[name]) / 20 for name in large | small}
     per_group = {name: small[name] - 20 * per_child[name] for name in per_child}
 
-    # One round trip per completion: exactly one EVALSHA, nothing else sent.
+    # One round trip per completion finishing alone: one EVALSHA, nothing else.
     assert per_child["evalsha"] == 1
     # Per group: create, planned, dispatched, begin (the continuation's run
     # guard) and completed: five scripts (the claim hands the finaliser the
@@ -86,3 +90,20 @@ async def test_one_script_call_per_completion_and_a_fixed_cost_per_group(
     print("per group, by command:", {k: v for k, v in per_group.items() if v})
     # A Celery 5.7 chord runs 12 per completion; a no-op member costs us fewer.
     assert inside < 12
+
+
+async def test_members_finishing_together_share_a_script_call(
+    redis_url: str, key_prefix: str
+) -> None:
+    size = 200
+    with RedisServer() as fanin_server:
+        await run_group(redis_url, fanin_server.url, f"{key_prefix}-warm", 1)
+        alone = await run_group(redis_url, fanin_server.url, f"{key_prefix}-a", size)
+        together = await run_group(
+            redis_url, fanin_server.url, f"{key_prefix}-b", size, slots=50
+        )
+    # Every member was recorded either way (the continuation ran with all of
+    # them: run_group waits for it), in fewer calls with 50 slots.
+    assert alone["evalsha"] == size + 5
+    assert together["evalsha"] < alone["evalsha"]
+    print(f"\n{size} members: {together['evalsha'] - 5} record calls with 50 slots")

@@ -2,12 +2,15 @@
 a real redis-server. No Python copy of a script exists anywhere.
 """
 
+import asyncio
 import re
 import time
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
+from taskiq_fanin.batching import PipelineBatcher
 from taskiq_fanin.keys import GroupKeys
 from taskiq_fanin.scripts import (
     SCRIPT_FILES,
@@ -153,6 +156,62 @@ async def test_members_complete_out_of_order_and_the_last_claims(
     assert await client.hget(keys.results, "0") == b'"zero"'
     for key in (keys.done, keys.failed, keys.results):
         assert await client.pttl(key) > 0
+
+
+async def test_members_recorded_together_share_one_call_as_if_recorded_in_turn(
+    client: Redis, keys: GroupKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=4)
+    await record(scripts, keys, 3, Outcome.FAILED)
+    pipelines: list[int] = []
+    send = PipelineBatcher._send
+
+    async def counting_send(self: PipelineBatcher, batch: list[Any]) -> None:
+        pipelines.append(len(batch))
+        await send(self, batch)
+
+    monkeypatch.setattr(PipelineBatcher, "_send", counting_send)
+    calls = [
+        (0, Outcome.DONE, '"a"'),
+        (0, Outcome.DONE, ""),  # a second delivery, in the same call
+        (3, Outcome.DONE, ""),  # failed already
+        (1, Outcome.FAILED, '{"type":"E","message":"m"}'),
+        (2, Outcome.DONE, ""),  # the last one: claims
+        (2, Outcome.DONE, ""),
+    ]
+    replies = await asyncio.gather(
+        *(
+            scripts.record_outcome(
+                keys,
+                token=TOKEN,
+                index=index,
+                outcome=outcome,
+                payload=payload,
+                now_ms=NOW,
+                lease_ms=30_000,
+                claimant="test",
+            )
+            for index, outcome, payload in calls
+        )
+    )
+    assert pipelines == [1]  # one pipeline carrying one script call
+    assert [code for code, _ in replies] == [
+        Recorded.RECORDED,
+        Recorded.DUPLICATE,
+        Recorded.CONFLICT,
+        Recorded.RECORDED,
+        Recorded.CLAIMED,
+        Recorded.FINALISED,
+    ]
+    handed = [collected for _, collected in replies]
+    assert handed[:4] == [None] * 4
+    assert handed[5] is None
+    assert handed[4] is not None
+    assert (handed[4].done, handed[4].failed) == ([0, 2], [1, 3])
+    assert handed[4].results == {0: "a"}
+    meta = await client.hmget(keys.meta, ["done_count", "failed_count", "state"])
+    assert meta == [b"2", b"2", b"claimed"]
 
 
 async def test_a_duplicate_counts_once(client: Redis, keys: GroupKeys) -> None:
