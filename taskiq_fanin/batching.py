@@ -5,11 +5,12 @@ inside a pipeline, and a busy worker or a planner issues many at once: member
 completions that finish together, the kicks of a group's members. So while one
 pipeline is on its way, the commands issued meanwhile wait and go together in
 the next (without MULTI: each command stays what it was, a script call stays its
-own atomic script). An idle caller's command goes at the next turn of the event
-loop; a busy one sends fewer, larger pipelines.
+own atomic script). A command goes at the next turn of the event loop, a
+member's outcome a millisecond later, with the others that came meanwhile.
 """
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +21,19 @@ from redis.exceptions import NoScriptError
 
 #: The most commands one pipeline carries.
 MAX_BATCH = 256
-#: The longest a command waits for others to join its pipeline (seconds).
-MAX_GATHER = 0.001
+#: The longest a member's outcome waits for more of its group (seconds): a busy
+#: worker finishes a member or two per millisecond, and one script call for
+#: several costs it far less CPU than one each.
+OUTCOME_GATHER_SECONDS = 0.004
+#: An outcome waits only when its group had at least this many members without
+#: an outcome at its last call from this worker (a small group's few members
+#: are not worth holding a slot for) ...
+OUTCOME_COMPANY = 8
+#: ... and that call went less than this long ago (seconds): a group whose
+#: members finish seldom gains nothing from waiting.
+OUTCOME_RECENT_SECONDS = 0.02
+#: Groups whose last call a batcher remembers.
+REMEMBERED_GROUPS = 1024
 
 #: Adds one command to a pipeline (whatever redis-py pipeline method fits).
 Command = Callable[[Any], object]
@@ -31,17 +43,15 @@ _Pending = tuple[Command, "asyncio.Future[Any]"]
 class PipelineBatcher:
     """Sends commands in pipelines; those issued while one is out wait for the next.
 
-    Before a batch goes it waits a turn of the event loop, and more turns while
-    each brings more commands (up to ``max_gather_seconds``): an idle loop sends
-    at once, a busy one (completions arriving on every turn) sends larger
-    pipelines, which saves it more CPU than the wait costs.
+    :param gather_seconds: how long a batch waits for more commands before it
+        goes; 0 still collects every command issued in the same loop turn.
     """
 
     def __init__(
-        self, client: Redis | RedisCluster, *, max_gather_seconds: float = MAX_GATHER
+        self, client: Redis | RedisCluster, *, gather_seconds: float = 0.0
     ) -> None:
         self._client = client
-        self._max_gather = max_gather_seconds
+        self._gather_seconds = gather_seconds
         self._pending: list[_Pending] = []
         self._sender: asyncio.Task[None] | None = None
 
@@ -59,7 +69,7 @@ class PipelineBatcher:
 
     async def _send_while_pending(self) -> None:
         while self._pending:
-            await asyncio.sleep(self._max_gather)
+            await asyncio.sleep(self._gather_seconds)
             batch = self._pending[:MAX_BATCH]
             del self._pending[:MAX_BATCH]
             await self._send(batch)
@@ -114,21 +124,34 @@ class _GroupCall:
     members: list[tuple[Sequence[Any], "asyncio.Future[tuple[Any, Any]]"]] = field(
         default_factory=list
     )
+    #: Set when the call need not wait for more members.
+    complete: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class OutcomeBatcher:
     """Outcomes of one group recorded together go as one ``recordOutcome`` call.
 
-    A busy worker finishes many members of the same group at once; their
+    A busy worker finishes many members of the same group close together; their
     outcomes share one script call (and its keys and shared arguments) instead
-    of one call each, inside the pipeline of everything else being sent. The
-    script takes the members in order, each as if recorded alone.
+    of one call each. A call of a big group whose members have been finishing
+    here just now waits for more, up to ``gather_seconds``; any other goes at
+    the next turn of the event loop, with whatever joined it by then.
+    The script takes the members in order, each as if recorded alone.
     """
 
-    def __init__(self, batcher: PipelineBatcher, script: AsyncScript) -> None:
+    def __init__(
+        self,
+        batcher: PipelineBatcher,
+        script: AsyncScript,
+        *,
+        gather_seconds: float = OUTCOME_GATHER_SECONDS,
+    ) -> None:
         self._script = script
         self._batcher = batcher
+        self._gather_seconds = gather_seconds
         self._open: dict[tuple[Any, ...], _GroupCall] = {}
+        #: Per group: members without an outcome after its last call, and when.
+        self._last_call: dict[tuple[Any, ...], tuple[int, float]] = {}
         self._sending: set[asyncio.Task[None]] = set()  # the loop keeps weak refs
 
     async def __call__(
@@ -150,36 +173,61 @@ class OutcomeBatcher:
         )
         if call is None:
             call = self._open[key] = _GroupCall(keys, token, head)
-            self._send(key, call)
+            self._start(key, call)
         call.members.append((member, reply))
+        last = self._last_call.get(key)
+        if last is None or len(call.members) >= last[0]:
+            call.complete.set()  # nothing more is worth waiting for
         return await reply
 
-    def _send(self, key: tuple[Any, ...], call: _GroupCall) -> None:
+    def _start(self, key: tuple[Any, ...], call: _GroupCall) -> None:
+        task = asyncio.get_running_loop().create_task(self._send(key, call))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, key: tuple[Any, ...], call: _GroupCall) -> None:
+        if self._worth_waiting(key):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(call.complete.wait(), self._gather_seconds)
+        try:
+            codes, shared, outstanding = await self._call_script(key, call)
+        except Exception as exc:  # noqa: BLE001 - every member gets the error
+            for _, reply in call.members:
+                if not reply.done():
+                    reply.set_exception(exc)
+            return
+        self._remember(key, int(outstanding))
+        for (_, reply), code in zip(call.members, codes, strict=True):
+            if not reply.done():
+                reply.set_result((code, shared))
+
+    async def _call_script(self, key: tuple[Any, ...], call: _GroupCall) -> Any:
         def add(pipe: Any) -> None:
             # From now on this call is closed: later members start the next one.
             if self._open.get(key) is call:
                 del self._open[key]
             pipe.execute_command("EVALSHA", self._script.sha, *self._arguments(call))
 
-        async def send() -> None:
-            try:
-                try:
-                    codes, shared = await self._batcher(add)
-                except NoScriptError:
-                    args = self._arguments(call)[len(call.keys) + 1 :]
-                    codes, shared = await self._script(keys=call.keys, args=args)
-            except Exception as exc:  # noqa: BLE001 - every member gets the error
-                for _, reply in call.members:
-                    if not reply.done():
-                        reply.set_exception(exc)
-                return
-            for (_, reply), code in zip(call.members, codes, strict=True):
-                if not reply.done():
-                    reply.set_result((code, shared))
+        try:
+            return await self._batcher(add)
+        except NoScriptError:
+            args = self._arguments(call)[len(call.keys) + 1 :]
+            return await self._script(keys=call.keys, args=args)
 
-        task = asyncio.get_running_loop().create_task(send())
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+    def _worth_waiting(self, key: tuple[Any, ...]) -> bool:
+        last = self._last_call.get(key)
+        if last is None:
+            return False
+        outstanding, at = last
+        recent = asyncio.get_running_loop().time() - at < OUTCOME_RECENT_SECONDS
+        return outstanding >= OUTCOME_COMPANY and recent
+
+    def _remember(self, key: tuple[Any, ...], outstanding: int) -> None:
+        self._last_call.pop(key, None)
+        if outstanding > 0:
+            self._last_call[key] = (outstanding, asyncio.get_running_loop().time())
+            if len(self._last_call) > REMEMBERED_GROUPS:
+                del self._last_call[next(iter(self._last_call))]  # the oldest
 
     @staticmethod
     def _arguments(call: _GroupCall) -> list[Any]:

@@ -160,9 +160,9 @@ def read_script(filename: str) -> str:
 class Scripts:
     """The scripts registered on one client, one typed method per script.
 
-    Every call goes through one :class:`PipelineBatcher`: calls made together
-    (members finishing at once, continuations starting at once, planners)
-    share a round trip.
+    Calls go through :class:`PipelineBatcher` s: calls made together (members
+    finishing at once, continuations starting at once, planners) share a round
+    trip.
     """
 
     def __init__(self, client: RedisClient) -> None:

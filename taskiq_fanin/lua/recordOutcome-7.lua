@@ -19,18 +19,18 @@
     outcome   'done' | 'failed'
     payload   result (done) or error summary (failed) as JSON; '' for none
 
-  Returns {codes, collected}: a code per member, in order: 1 recorded,
+  Returns {codes, collected, outstanding}: a code per member, in order: 1 recorded,
   2 recorded and claimed (call the finaliser), 3 duplicate, 4 conflict (the
   other outcome is already recorded), 5 no such group, 6 not a member, 7 token
   mismatch, 8 group already finalised. With a 2, collected holds the fields
   collectOutcomes returns (the claimant finalises without reading them again);
-  otherwise it is empty.
+  otherwise it is empty. outstanding: members of the group without an outcome.
 ]]
 local members = (#ARGV - 4) / 3
 local codes = {}
 local function all(code)
   for i = 1, members do codes[i] = code end
-  return {codes, {}}
+  return {codes, {}, 0}
 end
 
 local meta = redis.call('HMGET', KEYS[1],
@@ -99,4 +99,4 @@ if state == 'claimed' then
     redis.call('HGETALL', KEYS[6]),
   }
 end
-return {codes, collected}
+return {codes, collected, total - counts.done - counts.failed}
