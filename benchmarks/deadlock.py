@@ -3,8 +3,10 @@
 Ten albums of five 200 ms resizes on one ``taskiq worker`` with 10 and with 20
 slots, three ways: parents that await their children's results, the library's
 ``@group_task`` with a continuation, and a baseline of the same fifty children
-with no parent at all. Each run is timed from the first kick to the last album
-finished (baseline: the last child); the median of the repeats is reported.
+with no parent at all; for reference, parents that kick their children with
+taskiq alone and end (what a parent hop costs, with nothing after it). Each run
+is timed from the first kick to the last album finished (baseline and reference:
+the last child); the median of the repeats is reported.
 
     python -m benchmarks.deadlock [--repeats 5] [--wait-timeout 5] [--json PATH]
 """
@@ -34,6 +36,11 @@ from benchmarks.apps.common import BurstBroker
 
 APP = "benchmarks.apps.deadlock"
 PATTERNS = ("baseline", "fanin", "waiting")
+#: Run beside them for reference, reported apart (``reference_runs``): parents
+#: that kick their children with taskiq alone and end, with nothing run after.
+REFERENCE_PATTERNS = ("parent",)
+#: Patterns whose time ends with the last resize (no album step at the end).
+CHILDREN_ONLY = ("baseline", "parent")
 #: Seconds the untimed warm-up burst may take.
 WARMUP_TIMEOUT = 60.0
 #: How close the fan-in must come to the baseline at 10 slots (fraction).
@@ -56,7 +63,7 @@ class Options:
     @property
     def steps(self) -> int:
         """Runs, for the progress bar."""
-        return len(PATTERNS) * len(self.slots) * self.repeats
+        return len(PATTERNS + REFERENCE_PATTERNS) * len(self.slots) * self.repeats
 
     @property
     def children(self) -> int:
@@ -104,6 +111,8 @@ async def _kick(tasks: app.DeadlockApp, pattern: str, albums: int) -> None:
         kicks = [tasks.album_waiting.kiq(album) for album in range(albums)]
     elif pattern == "fanin":
         kicks = [tasks.make_album.kiq(album) for album in range(albums)]
+    elif pattern == "parent":
+        kicks = [tasks.album_parent.kiq(album) for album in range(albums)]
     else:
         kicks = [
             tasks.resize.kiq(album, image)
@@ -118,7 +127,7 @@ async def _outcome(run: Run, pattern: str, albums: int, started: float) -> Outco
     """Read the stamps the tasks left and turn them into an outcome."""
     children = await _stamps(run, "children")
     gave_up: dict[str, float] = {}
-    if pattern == "baseline":
+    if pattern in CHILDREN_ONLY:
         per_album: dict[str, int] = {}
         for key in children:
             album = key.split(":")[0]
@@ -149,6 +158,7 @@ ENTRIES_PER_ALBUM = {
     "baseline": app.IMAGES,
     "fanin": 1 + app.IMAGES + 1,
     "waiting": 1 + app.IMAGES,
+    "parent": 1 + app.IMAGES,
 }
 _RECORDS = ("albums", "gave_up", "children")
 
@@ -203,7 +213,7 @@ async def one_run(
         await warm_up(run, tasks, pattern, warmup_albums(pattern, albums, slots))
 
         async def over() -> bool:
-            if pattern == "baseline":
+            if pattern in CHILDREN_ONLY:
                 return await run.client.hlen(settings.record("children")) >= (
                     options.children
                 )
@@ -236,10 +246,10 @@ def summarize(
     options: Options, outcomes: dict[tuple[str, int], list[Outcome]]
 ) -> dict[str, Any]:
     """The JSON document: medians of the repeats, and what they were."""
-    runs = []
+    runs, reference_runs = [], []
     for (pattern, slots), results in outcomes.items():
         finished = [o.finished for o in results]
-        runs.append(
+        (reference_runs if pattern in REFERENCE_PATTERNS else runs).append(
             {
                 "pattern": pattern,
                 "slots": slots,
@@ -256,6 +266,7 @@ def summarize(
         )
     return {
         "runs": runs,
+        "reference_runs": reference_runs,
         "ideal_seconds": {
             str(slots): ideal_seconds(options.children, slots)
             for slots in options.slots
@@ -273,11 +284,13 @@ async def run(
 ) -> dict[str, Any]:
     """Every pattern at every slot count, repeats interleaved; the JSON document."""
     outcomes: dict[tuple[str, int], list[Outcome]] = {
-        (pattern, slots): [] for slots in options.slots for pattern in PATTERNS
+        (pattern, slots): []
+        for slots in options.slots
+        for pattern in PATTERNS + REFERENCE_PATTERNS
     }
     for repeat in range(1, options.repeats + 1):
         for slots in options.slots:
-            for pattern in PATTERNS:
+            for pattern in PATTERNS + REFERENCE_PATTERNS:
                 steps.now(f"{pattern}, {slots} slots, run {repeat}/{options.repeats}")
                 outcome = await one_run(
                     provider, options, pattern, slots, f"{pattern}-{slots}-{repeat}"
@@ -291,7 +304,7 @@ async def run(
 
 
 def _find(data: dict[str, Any], pattern: str, slots: int) -> dict[str, Any] | None:
-    for row in data["runs"]:
+    for row in [*data["runs"], *data.get("reference_runs", [])]:
         if row["pattern"] == pattern and row["slots"] == slots:
             return row  # type: ignore[no-any-return]
     return None
@@ -337,9 +350,21 @@ def checks(data: dict[str, Any]) -> list[Check]:
                 else None,
             )
         )
+    parent = _find(data, "parent", 10)
+    if fanin is not None and parent is not None:
+        over = fanin["seconds"] / parent["seconds"] - 1
+        result.append(
+            Check(
+                "deadlock",
+                "fanin vs parents that only kick, 10 slots",
+                "reference",
+                f"{fanin['seconds']:.3f} s vs {parent['seconds']:.3f} s ({over:+.1%})",
+                None,
+            )
+        )
     counts = sorted(int(key) for key in data["ideal_seconds"])
     ideal = " / ".join(f"{data['ideal_seconds'][str(s)]:g}" for s in counts)
-    for pattern in PATTERNS:
+    for pattern in PATTERNS + REFERENCE_PATTERNS:
         rows = [_find(data, pattern, s) for s in counts]
         times = " / ".join(
             "-" if row is None else f"{row['seconds']:.3f}" for row in rows

@@ -1,4 +1,5 @@
-"""Albums of five 200 ms resizes: waiting parents, the library's fan-in, a baseline.
+"""Albums of five 200 ms resizes: waiting parents, the library's fan-in, a baseline,
+and for reference parents that only kick their children.
 
 Every resize stamps its finish in all three patterns, so the patterns differ only
 in how an album is put together.
@@ -33,6 +34,7 @@ class DeadlockApp:
     album_waiting: Task
     make_album: Task
     publish: Task
+    album_parent: Task
 
 
 def build(settings: AppSettings, *, burst: bool = False) -> DeadlockApp:
@@ -59,6 +61,12 @@ def build(settings: AppSettings, *, burst: bool = False) -> DeadlockApp:
             return
         await recorder.stamp("albums", album)
 
+    @broker.task(task_name="bench.deadlock.album_parent")
+    async def album_parent(album: int) -> None:
+        # The reference: a parent that kicks its children with taskiq alone and
+        # ends (nothing runs when they are done): what a parent hop costs.
+        await asyncio.gather(*(resize.kiq(album, image) for image in range(IMAGES)))
+
     @broker.task(task_name="bench.deadlock.publish")
     async def publish(result: GroupResult, album: int) -> None:
         await recorder.stamp("albums", album)
@@ -69,7 +77,7 @@ def build(settings: AppSettings, *, burst: bool = False) -> DeadlockApp:
         members = [Signature.of(resize, album, image) for image in range(IMAGES)]
         return group(members, then=Signature.of(publish, album))
 
-    return DeadlockApp(broker, resize, album_waiting, make_album, publish)
+    return DeadlockApp(broker, resize, album_waiting, make_album, publish, album_parent)
 
 
 def worker_broker() -> AsyncBroker:
