@@ -80,18 +80,30 @@ class PipelineBatcher:
                 for command, _ in batch:
                     command(pipe)
                 replies = await pipe.execute(raise_on_error=False)
-        except Exception as exc:  # noqa: BLE001 - every caller gets the error
-            for _, reply in batch:
-                if not reply.done():
-                    reply.set_exception(exc)
-            return
-        for (_, reply), outcome in zip(batch, replies, strict=True):
-            if reply.done():
-                continue  # its caller was cancelled
-            if isinstance(outcome, Exception):
-                reply.set_exception(outcome)
+            for (_, reply), outcome in zip(batch, replies, strict=True):
+                if reply.done():
+                    continue  # its caller was cancelled
+                if isinstance(outcome, Exception):
+                    reply.set_exception(outcome)
+                else:
+                    reply.set_result(outcome)
+        except BaseException as exc:
+            # Every caller hears of it, the sender's own cancellation included:
+            # a future left pending would hold its member's slot for good.
+            _fail(batch, exc)
+            if not isinstance(exc, Exception):
+                raise
+
+
+def _fail(
+    calls: Sequence[tuple[Any, "asyncio.Future[Any]"]], exc: BaseException
+) -> None:
+    for _, reply in calls:
+        if not reply.done():
+            if isinstance(exc, asyncio.CancelledError):
+                reply.cancel()
             else:
-                reply.set_result(outcome)
+                reply.set_exception(exc)
 
 
 class ScriptBatcher:
@@ -186,20 +198,24 @@ class OutcomeBatcher:
         task.add_done_callback(self._sending.discard)
 
     async def _send(self, key: tuple[Any, ...], call: _GroupCall) -> None:
-        if self._worth_waiting(key):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(call.complete.wait(), self._gather_seconds)
         try:
+            if self._worth_waiting(key):
+                # asyncio.TimeoutError: not yet the built-in one on Python 3.10.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(call.complete.wait(), self._gather_seconds)
             codes, shared, outstanding = await self._call_script(key, call)
-        except Exception as exc:  # noqa: BLE001 - every member gets the error
-            for _, reply in call.members:
+            self._remember(key, int(outstanding))
+            for (_, reply), code in zip(call.members, codes, strict=True):
                 if not reply.done():
-                    reply.set_exception(exc)
-            return
-        self._remember(key, int(outstanding))
-        for (_, reply), code in zip(call.members, codes, strict=True):
-            if not reply.done():
-                reply.set_result((code, shared))
+                    reply.set_result((code, shared))
+        except BaseException as exc:
+            _fail(call.members, exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            # Sent or not, nobody may join this call any more.
+            if self._open.get(key) is call:
+                del self._open[key]
 
     async def _call_script(self, key: tuple[Any, ...], call: _GroupCall) -> Any:
         def add(pipe: Any) -> None:

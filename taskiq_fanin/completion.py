@@ -105,7 +105,7 @@ async def record_member(
         )
     if recorded in (Recorded.RECORDED, Recorded.CLAIMED):
         metrics.member_recorded(outcome.value)
-    if recorded is Recorded.CLAIMED and collected is not None:
+    if recorded is Recorded.CLAIMED:
         claimed = time.monotonic()
         await finalise(fanin, ref.group_id, ref.token, collected=collected)
         metrics.DISPATCH_LATENCY.observe(time.monotonic() - claimed)
@@ -165,24 +165,18 @@ async def finalise(
             return
     result = build_result(group_id, collected)
     kind, continuation = choose_continuation(collected, result)
-    # Should this worker die before the dispatch is recorded, the sweep looks
-    # again when the lease runs out rather than at the group's deadline. Only a
-    # hint for the sweep, so it goes beside the kick rather than before it.
-    lease_end = now_ms() + int(fanin.config.lease * 1000)
-    rescore = fanin.scripts.send(
-        lambda pipe: pipe.zadd(index_key(fanin.config.prefix), {group_id: lease_end})
+    # The rescore is only a hint for the sweep: it goes beside the kick.
+    await asyncio.gather(
+        _rescore_to_lease_end(fanin, group_id),
+        _kick_continuation(
+            fanin,
+            group_id,
+            token=token,
+            kind=kind,
+            continuation=continuation,
+            result=result,
+        ),
     )
-    if continuation is None:
-        await rescore
-    else:
-        ref = ContinuationRef(group_id=group_id, token=token, kind=kind)
-        kick = (
-            continuation.with_labels(**ref.label())
-            .kicker(fanin.kicking_broker)
-            .with_task_id(ref.task_id)
-            .kiq(result, *continuation.args, **continuation.kwargs)
-        )
-        await asyncio.gather(rescore, kick)
     dispatched = await fanin.scripts.mark_dispatched(
         keys,
         token=token,
@@ -213,6 +207,44 @@ async def finalise(
             "lost": len(result.lost),
             "continuation": kind,
         },
+    )
+
+
+async def _rescore_to_lease_end(fanin: "FanInMiddleware", group_id: str) -> None:
+    """Have the sweep look again when the finaliser's lease runs out.
+
+    Should this worker die before the dispatch is recorded, the sweep then finds
+    the group sooner than at its deadline. Only a hint: its failure stops
+    nothing, and it never puts back an entry already removed.
+    """
+    lease_end = now_ms() + int(fanin.config.lease * 1000)
+    try:
+        await fanin.scripts.send(
+            lambda pipe: pipe.zadd(
+                index_key(fanin.config.prefix), {group_id: lease_end}, xx=True
+            )
+        )
+    except Exception:  # noqa: BLE001 - a hint: the sweep finds the group anyway
+        logger.warning("Group %s: rescoring its index entry failed", group_id)
+
+
+async def _kick_continuation(
+    fanin: "FanInMiddleware",
+    group_id: str,
+    *,
+    token: str,
+    kind: str,
+    continuation: Signature | None,
+    result: GroupResult,
+) -> None:
+    if continuation is None:
+        return
+    ref = ContinuationRef(group_id=group_id, token=token, kind=kind)
+    await (
+        continuation.with_labels(**ref.label())
+        .kicker(fanin.kicking_broker)
+        .with_task_id(ref.task_id)
+        .kiq(result, *continuation.args, **continuation.kwargs)
     )
 
 

@@ -9,7 +9,7 @@ import asyncio
 import secrets
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -170,36 +170,48 @@ async def plan_group(fanin: "FanInMiddleware", plan: GroupPlan) -> GroupHandle:
     keys = GroupKeys(fanin.config.prefix, plan.group_id)
     now_ms = int(time.time() * 1000)
     deadline_ms = now_ms + int(plan.deadline * 1000)
-    index = fanin.scripts.send(
-        lambda pipe: pipe.zadd(
-            index_key(fanin.config.prefix), {plan.group_id: deadline_ms}, nx=True
+
+    def index() -> Awaitable[object]:
+        return fanin.scripts.send(
+            lambda pipe: pipe.zadd(
+                index_key(fanin.config.prefix), {plan.group_id: deadline_ms}, nx=True
+            )
         )
-    )
-    create = fanin.scripts.create_group(
-        keys,
-        token=secrets.token_hex(8),
-        now_ms=now_ms,
-        deadline_ms=deadline_ms,
-        expires_ms=now_ms + int(plan.ttl * 1000),
-        then=plan.then.to_ledger() if plan.then else "",
-        on_error=plan.on_error.to_ledger() if plan.on_error else "",
-        policy=plan.policy.value,
-        sweep_policy=plan.sweep_policy.value,
-        span_ms=int(plan.deadline * 1000),
-        depth=plan.depth,
-        cancellable=plan.cancellable,
-        members=plan.ledger,
-        planner_lease_ms=int(fanin.config.lease * 1000),
-    )
+
+    def create() -> Awaitable[tuple[Created, str]]:
+        return fanin.scripts.create_group(
+            keys,
+            token=secrets.token_hex(8),
+            now_ms=now_ms,
+            deadline_ms=deadline_ms,
+            expires_ms=now_ms + int(plan.ttl * 1000),
+            then=plan.then.to_ledger() if plan.then else "",
+            on_error=plan.on_error.to_ledger() if plan.on_error else "",
+            policy=plan.policy.value,
+            sweep_policy=plan.sweep_policy.value,
+            span_ms=int(plan.deadline * 1000),
+            depth=plan.depth,
+            cancellable=plan.cancellable,
+            members=plan.ledger,
+            planner_lease_ms=int(fanin.config.lease * 1000),
+        )
+
     # The index may be stale (the sweep prunes it), but it must never miss a
     # group whose ledger exists: it is written first. On one server both go in
     # one pipeline, which Redis runs in order; a cluster may run them on two
     # nodes in any order, so there the index is written before the ledger.
     if isinstance(fanin.redis, RedisCluster):
-        await index
-        created, token = await create
+        await index()
+        created, token = await create()
     else:
-        _, (created, token) = await asyncio.gather(index, create)
+        indexed, made = await asyncio.gather(index(), create(), return_exceptions=True)
+        if isinstance(indexed, BaseException):
+            # Refused, while the ledger may be written: once more, alone (it
+            # raises if refused again), so that no ledger stays out of the index.
+            await index()
+        if isinstance(made, BaseException):
+            raise made
+        created, token = made
     if created is Created.EXISTS:
         return GroupHandle(group_id=plan.group_id, created=False, _fanin=fanin)
     if created is Created.EXISTS_UNPLANNED:

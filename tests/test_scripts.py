@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from taskiq_fanin.batching import PipelineBatcher
 from taskiq_fanin.keys import GroupKeys
@@ -212,6 +213,41 @@ async def test_members_recorded_together_share_one_call_as_if_recorded_in_turn(
     assert handed[4].results == {0: "a"}
     meta = await client.hmget(keys.meta, ["done_count", "failed_count", "state"])
     assert meta == [b"2", b"2", b"claimed"]
+
+
+async def test_an_outcome_that_waits_for_company_in_vain_is_still_recorded(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=20)
+    # The first call learns that 19 members are outstanding: the next one, soon
+    # after, waits for company (up to 4 ms), finds none, and goes.
+    assert await record(scripts, keys, 0) is Recorded.RECORDED
+    waited = await asyncio.wait_for(record(scripts, keys, 1), timeout=5)
+    assert waited is Recorded.RECORDED
+    assert await client.scard(keys.done) == 2
+
+
+async def test_a_call_that_failed_fails_its_members_and_leaves_no_trace(
+    client: Redis, keys: GroupKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scripts = Scripts(client)
+    await create(scripts, keys, total=3)
+    execute = Pipeline.execute
+
+    async def broken_once(self: Pipeline, raise_on_error: bool = True) -> Any:
+        monkeypatch.setattr(Pipeline, "execute", execute)
+        raise ConnectionError("the connection dropped")
+
+    monkeypatch.setattr(Pipeline, "execute", broken_once)
+    failed = await asyncio.gather(
+        record(scripts, keys, 0), record(scripts, keys, 1), return_exceptions=True
+    )
+    assert all(isinstance(error, ConnectionError) for error in failed)
+    # Nothing of the failed call lingers: the same members record normally.
+    assert await record(scripts, keys, 0) is Recorded.RECORDED
+    assert await record(scripts, keys, 1) is Recorded.RECORDED
+    assert await record(scripts, keys, 2) is Recorded.CLAIMED
 
 
 async def test_a_duplicate_counts_once(client: Redis, keys: GroupKeys) -> None:

@@ -44,7 +44,6 @@ end
 local total = tonumber(meta[3])
 local state = meta[2]
 local counts = {done = tonumber(meta[5]) or 0, failed = tonumber(meta[6]) or 0}
-local added = {done = 0, failed = 0}
 local sets = {done = KEYS[3], failed = KEYS[4]}
 local payloads = {done = KEYS[5], failed = KEYS[6]}
 local other = {done = 'failed', failed = 'done'}
@@ -64,8 +63,8 @@ for i = 1, members do
   elseif redis.call('SADD', sets[outcome], index) == 0 then
     codes[i] = 3
   else
-    counts[outcome] = counts[outcome] + 1
-    added[outcome] = added[outcome] + 1
+    -- Counted at once: should a later call fail, sets and counts still agree.
+    counts[outcome] = redis.call('HINCRBY', KEYS[1], outcome .. '_count', 1)
     if counts[outcome] == 1 then
       redis.call('PEXPIREAT', sets[outcome], meta[4])
     end
@@ -82,11 +81,6 @@ for i = 1, members do
   end
 end
 
-for outcome, n in pairs(added) do
-  if n > 0 then
-    redis.call('HINCRBY', KEYS[1], outcome .. '_count', n)
-  end
-end
 if state == 'claimed' then
   redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_at', ARGV[2])
   local more = redis.call('HMGET', KEYS[1], 'then', 'on_error', 'policy', 'span',
