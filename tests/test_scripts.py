@@ -16,6 +16,7 @@ from taskiq_fanin.keys import GroupKeys
 from taskiq_fanin.scripts import (
     SCRIPT_FILES,
     Begin,
+    CollectedOutcomes,
     Created,
     Outcome,
     Recorded,
@@ -60,15 +61,15 @@ async def create(
     )
 
 
-async def record(
+async def record_with_outcomes(
     scripts: Scripts,
     keys: GroupKeys,
     index: int,
     outcome: Outcome = Outcome.DONE,
     token: str = TOKEN,
     payload: str = "",
-) -> Recorded:
-    recorded, _ = await scripts.record_outcome(
+) -> tuple[Recorded, CollectedOutcomes | None]:
+    return await scripts.record_outcome(
         keys,
         token=token,
         index=index,
@@ -77,6 +78,19 @@ async def record(
         now_ms=NOW,
         lease_ms=30_000,
         claimant="test",
+    )
+
+
+async def record(
+    scripts: Scripts,
+    keys: GroupKeys,
+    index: int,
+    outcome: Outcome = Outcome.DONE,
+    token: str = TOKEN,
+    payload: str = "",
+) -> Recorded:
+    recorded, _ = await record_with_outcomes(
+        scripts, keys, index, outcome, token, payload
     )
     return recorded
 
@@ -183,16 +197,7 @@ async def test_members_recorded_together_share_one_call_as_if_recorded_in_turn(
     ]
     replies = await asyncio.gather(
         *(
-            scripts.record_outcome(
-                keys,
-                token=TOKEN,
-                index=index,
-                outcome=outcome,
-                payload=payload,
-                now_ms=NOW,
-                lease_ms=30_000,
-                claimant="test",
-            )
+            record_with_outcomes(scripts, keys, index, outcome, payload=payload)
             for index, outcome, payload in calls
         )
     )
@@ -331,15 +336,8 @@ async def test_collect_reads_outcomes_and_refuses_a_wrong_token(
     await create(scripts, keys, total=3)
     await record(scripts, keys, 2, payload='{"w": 2}')
     await record(scripts, keys, 0)
-    claimed, handed = await scripts.record_outcome(
-        keys,
-        token=TOKEN,
-        index=1,
-        outcome=Outcome.FAILED,
-        payload='{"type":"E","message":"m"}',
-        now_ms=NOW,
-        lease_ms=30_000,
-        claimant="test",
+    claimed, handed = await record_with_outcomes(
+        scripts, keys, 1, Outcome.FAILED, payload='{"type":"E","message":"m"}'
     )
     collected = await scripts.collect_outcomes(keys, token=TOKEN)
     assert collected is not None
