@@ -5,8 +5,9 @@ inside a pipeline, and a busy worker or a planner issues many at once: member
 completions that finish together, the kicks of a group's members. So while one
 pipeline is on its way, the commands issued meanwhile wait and go together in
 the next (without MULTI: each command stays what it was, a script call stays its
-own atomic script). A command goes at the next turn of the event loop, a
-member's outcome a millisecond later, with the others that came meanwhile.
+own atomic script). A command goes at the next turn of the event loop, with
+whatever was issued meanwhile; the outcomes of a busy group's members wait a few
+milliseconds for each other and go as one script call (``OutcomeBatcher``).
 """
 
 import asyncio
