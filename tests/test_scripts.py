@@ -95,6 +95,14 @@ async def record(
     return recorded
 
 
+async def begin(
+    scripts: Scripts, keys: GroupKeys, *, now_ms: int = NOW, attempt: int = 0
+) -> Begin:
+    return await scripts.begin_continuation(
+        keys, token=TOKEN, now_ms=now_ms, attempt=attempt
+    )
+
+
 async def dispatch(
     scripts: Scripts, keys: GroupKeys, kind: str = "then", claimant: str = "test"
 ) -> bool:
@@ -402,30 +410,16 @@ async def test_one_copy_of_a_continuation_runs_at_a_time_and_none_after_completi
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)
     # The continuation may start before its finaliser records the dispatch.
-    assert (
-        await scripts.begin_continuation(keys, token=TOKEN, now_ms=NOW, attempt=0)
-        is Begin.RUN
-    )
-    again = await scripts.begin_continuation(
-        keys, token=TOKEN, now_ms=NOW + 1, attempt=0
-    )
-    assert again is Begin.RUNNING_ELSEWHERE
+    assert await begin(scripts, keys) is Begin.RUN
+    assert await begin(scripts, keys, now_ms=NOW + 1) is Begin.RUNNING_ELSEWHERE
     assert await dispatch(scripts, keys, "then")
     assert await client.hget(keys.meta, "state") == b"running"
     # The running copy's worker died: once its lease (the span) is over, a
     # redelivered copy runs.
-    later = await scripts.begin_continuation(
-        keys, token=TOKEN, now_ms=NOW + 60_001, attempt=0
-    )
-    assert later is Begin.RUN
+    assert await begin(scripts, keys, now_ms=NOW + 60_001) is Begin.RUN
     await scripts.mark_completed(keys, token=TOKEN, now_ms=NOW, tombstone_ms=5_000)
-    done = await scripts.begin_continuation(
-        keys, token=TOKEN, now_ms=NOW + 10**6, attempt=0
-    )
-    assert done is Begin.SKIP
-    gone = await scripts.begin_continuation(
-        GroupKeys(keys.prefix, "other"), token=TOKEN, now_ms=NOW, attempt=0
-    )
+    assert await begin(scripts, keys, now_ms=NOW + 10**6) is Begin.SKIP
+    gone = await begin(scripts, GroupKeys(keys.prefix, "other"))
     assert gone is Begin.RUN  # nothing known: run rather than lose the work
 
 
@@ -437,21 +431,19 @@ async def test_a_retry_takes_the_run_lease_over_from_the_attempt_that_failed(
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)
 
-    async def begin(attempt: int) -> Begin:
-        return await scripts.begin_continuation(
-            keys, token=TOKEN, now_ms=NOW, attempt=attempt
-        )
-
-    assert await begin(0) is Begin.RUN
-    assert await begin(1) is Begin.RUN  # the retry, while attempt 0 holds the lease
-    assert await begin(1) is Begin.RUNNING_ELSEWHERE  # a copy of the retry
-    assert await begin(0) is Begin.RUNNING_ELSEWHERE  # a late copy of attempt 0
+    assert await begin(scripts, keys, attempt=0) is Begin.RUN
+    # The retry, while attempt 0 holds the lease; then a copy of the retry, and a
+    # late copy of attempt 0.
+    assert await begin(scripts, keys, attempt=1) is Begin.RUN
+    assert await begin(scripts, keys, attempt=1) is Begin.RUNNING_ELSEWHERE
+    assert await begin(scripts, keys, attempt=0) is Begin.RUNNING_ELSEWHERE
     # Attempt 0's worker now releases: the retry's lease stays.
     assert not await scripts.release_continuation(keys, token=TOKEN, attempt=0)
     assert await client.hget(keys.meta, "state") == b"running"
     assert await scripts.release_continuation(keys, token=TOKEN, attempt=1)
     assert await client.hget(keys.meta, "state") == b"dispatched"
-    assert await begin(1) is Begin.RUN  # a redelivered copy of it may run now
+    # A redelivered copy of it may run now.
+    assert await begin(scripts, keys, attempt=1) is Begin.RUN
 
 
 async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(
@@ -510,10 +502,7 @@ async def test_a_dispatch_is_recorded_even_after_the_continuation_completed(
     scripts = Scripts(client)
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)
-    assert (
-        await scripts.begin_continuation(keys, token=TOKEN, now_ms=NOW, attempt=0)
-        is Begin.RUN
-    )
+    assert await begin(scripts, keys) is Begin.RUN
     await scripts.mark_completed(keys, token=TOKEN, now_ms=NOW, tombstone_ms=5_000)
     assert await dispatch(scripts, keys)
     assert await client.hget(keys.meta, "state") == b"completed"
