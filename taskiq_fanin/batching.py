@@ -7,7 +7,8 @@ pipeline is on its way, the commands issued meanwhile wait and go together in
 the next (without MULTI: each command stays what it was, a script call stays its
 own atomic script). A command goes at the next turn of the event loop, with
 whatever was issued meanwhile; the outcomes of a busy group's members wait a few
-milliseconds for each other and go as one script call (``OutcomeBatcher``).
+milliseconds for the others of the group running beside them and go as one
+script call (``OutcomeBatcher``).
 """
 
 import asyncio
@@ -33,6 +34,11 @@ OUTCOME_COMPANY = 8
 #: ... and that call went less than this long ago (seconds): a group whose
 #: members finish seldom gains nothing from waiting.
 OUTCOME_RECENT_SECONDS = 0.02
+#: Once every member of the group running here has joined a waiting call, the
+#: turns of the event loop it gives the worker to start another one before it
+#: goes. A worker with a free slot and messages queued starts one within a few;
+#: one whose slots the waiting members hold starts none, however long it waits.
+OUTCOME_SETTLE_TURNS = 10
 #: Groups whose last call a batcher remembers.
 REMEMBERED_GROUPS = 1024
 
@@ -139,6 +145,10 @@ class _GroupCall:
     )
     #: Set when the call need not wait for more members.
     complete: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Members of the group that started here while this call was open.
+    arrivals: int = 0
+    #: Loop turns are being counted to see whether another member starts.
+    settling: bool = False
 
 
 class OutcomeBatcher:
@@ -147,9 +157,13 @@ class OutcomeBatcher:
     A busy worker finishes many members of the same group close together; their
     outcomes share one script call (and its keys and shared arguments) instead
     of one call each. A call of a big group whose members have been finishing
-    here just now waits for more, up to ``gather_seconds``; any other goes at
-    the next turn of the event loop, with whatever joined it by then.
-    The script takes the members in order, each as if recorded alone.
+    here just now waits for more, up to ``gather_seconds``, but only while more
+    can come: it goes once every member of the group running here has joined
+    it and the worker starts no other within a few loop turns (the worker says
+    which members run: :meth:`started`, :meth:`ended`). A worker whose slots
+    the call holds thus never waits for nothing. Any other call goes at the
+    next turn of the event loop, with whatever joined it by then. The script
+    takes the members in order, each as if recorded alone.
     """
 
     def __init__(
@@ -157,15 +171,75 @@ class OutcomeBatcher:
         batcher: PipelineBatcher,
         script: AsyncScript,
         *,
-        gather_seconds: float = OUTCOME_GATHER_SECONDS,
+        gather_seconds: float | None = None,
     ) -> None:
         self._script = script
         self._batcher = batcher
-        self._gather_seconds = gather_seconds
+        self._gather_seconds = (
+            OUTCOME_GATHER_SECONDS if gather_seconds is None else gather_seconds
+        )
         self._open: dict[tuple[Any, ...], _GroupCall] = {}
+        #: Per group: its members running here, from their start until done.
+        self._here: dict[tuple[Any, ...], set[int]] = {}
         #: Per group: members without an outcome after its last call, and when.
         self._last_call: dict[tuple[Any, ...], tuple[int, float]] = {}
+        #: A member started here while a call was open: this worker has more
+        #: than one slot, so a waiting call may see others start.
+        self._spare_slots = False
         self._sending: set[asyncio.Task[None]] = set()  # the loop keeps weak refs
+
+    def started(self, keys: Sequence[Any], token: str, index: int) -> None:
+        """Member ``index`` of the group (``keys``, ``token``) starts running here."""
+        key = (*keys, token)
+        self._here.setdefault(key, set()).add(index)
+        call = self._open.get(key)
+        if call is not None:
+            call.arrivals += 1
+            self._spare_slots = True
+
+    def ended(self, keys: Sequence[Any], token: str, index: int) -> None:
+        """Member ``index`` is done here, recorded or not (skipped, to be retried)."""
+        key = (*keys, token)
+        here = self._here.get(key)
+        if here is not None:
+            here.discard(index)
+            if not here:
+                del self._here[key]
+        call = self._open.get(key)
+        if call is not None:
+            self._note_joined(key, call)
+
+    def _all_joined(self, key: tuple[Any, ...], call: _GroupCall) -> bool:
+        # Those of the group here that are not in this call are in one already
+        # sent: they end when it returns, and join no other.
+        return len(self._here.get(key, ())) <= len(call.members)
+
+    def _note_joined(self, key: tuple[Any, ...], call: _GroupCall) -> None:
+        if call.settling or call.complete.is_set() or not self._all_joined(key, call):
+            return
+        if not self._spare_slots:
+            call.complete.set()  # the call holds the worker's only slot
+            return
+        call.settling = True
+        self._settle(key, call, call.arrivals, OUTCOME_SETTLE_TURNS)
+
+    def _settle(
+        self, key: tuple[Any, ...], call: _GroupCall, arrivals: int, turns: int
+    ) -> None:
+        """Count loop turns (cheap callbacks, not task steps) for a new member."""
+        if call.complete.is_set() or self._open.get(key) is not call:
+            return
+        if not self._all_joined(key, call):
+            call.settling = False  # one started and runs: its join settles again
+            return
+        if call.arrivals != arrivals:
+            arrivals, turns = call.arrivals, OUTCOME_SETTLE_TURNS  # joined already
+        elif turns == 0:
+            call.complete.set()  # the worker started no other member: none comes
+            return
+        asyncio.get_running_loop().call_soon(
+            self._settle, key, call, arrivals, turns - 1
+        )
 
     async def __call__(
         self,
@@ -188,9 +262,7 @@ class OutcomeBatcher:
             call = self._open[key] = _GroupCall(keys, token, head)
             self._start(key, call)
         call.members.append((member, reply))
-        last = self._last_call.get(key)
-        if last is None or len(call.members) >= last[0]:
-            call.complete.set()  # nothing more is worth waiting for
+        self._note_joined(key, call)
         return await reply
 
     def _start(self, key: tuple[Any, ...], call: _GroupCall) -> None:

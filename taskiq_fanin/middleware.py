@@ -37,6 +37,7 @@ from taskiq_fanin.keys import (
     LONGEST_DERIVED_ID,
     ChainKeys,
     GroupKeys,
+    group_keys,
     validate_group_id,
 )
 from taskiq_fanin.labels import (
@@ -257,6 +258,7 @@ class FanInMiddleware(TaskiqMiddleware):
         """Remember the message; skip what must not run (already ran, cancelled)."""
         guard.current.set((self, message))
         guard.reset_skip()  # never inherit a flag (brokers may run messages inline)
+        self._member_running(MemberRef.from_labels(message.labels), running=True)
         try:
             if not await self._may_run(message):
                 guard.skip_current_message(self.broker, message)
@@ -299,6 +301,31 @@ class FanInMiddleware(TaskiqMiddleware):
         """
         guard.current.set(None)
         skipped = guard.reset_skip()
+        member = MemberRef.from_labels(message.labels)
+        try:
+            await self._record(message, result, member, skipped=skipped)
+        finally:
+            self._member_running(member, running=False)
+
+    def _member_running(self, member: MemberRef | None, *, running: bool) -> None:
+        """Tell the outcome batcher which members run here (it waits only for them)."""
+        if member is None or self._scripts is None:
+            return
+        keys = group_keys(self.config.prefix, member.group_id)
+        if running:
+            self._scripts.member_started(keys, token=member.token, index=member.index)
+        else:
+            self._scripts.member_ended(keys, token=member.token, index=member.index)
+
+    async def _record(
+        self,
+        message: TaskiqMessage,
+        result: TaskiqResult[Any],
+        member: MemberRef | None,
+        *,
+        skipped: bool,
+    ) -> None:
+        """What ``post_execute`` records for a member, a chain step, a continuation."""
         continuation = ContinuationRef.from_labels(message.labels)
         if isinstance(result.error, NoResultError):
             if continuation is not None and not skipped:
@@ -306,7 +333,6 @@ class FanInMiddleware(TaskiqMiddleware):
                 # first); a redelivery of this attempt may run once it is released.
                 await self._release(continuation, attempt_of(message.labels))
             return
-        member = MemberRef.from_labels(message.labels)
         cursor = ChainCursor.from_labels(message.labels)
         try:
             if member is not None:

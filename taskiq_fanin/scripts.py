@@ -180,6 +180,14 @@ class Scripts:
             self._batcher, registered["record_outcome"]
         )
 
+    def member_started(self, keys: GroupKeys, *, token: str, index: int) -> None:
+        """A member starts running here: outcomes of its group may wait for it."""
+        self._record_outcome.started(keys.all, token, index)
+
+    def member_ended(self, keys: GroupKeys, *, token: str, index: int) -> None:
+        """A member that started here is done, its outcome recorded or not."""
+        self._record_outcome.ended(keys.all, token, index)
+
     async def send(self, command: Command) -> Any:
         """A plain command (``lambda pipe: pipe.zrem(...)``) in the shared pipeline."""
         return await self._batcher(command)

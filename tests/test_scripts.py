@@ -228,13 +228,13 @@ async def test_members_recorded_together_share_one_call_as_if_recorded_in_turn(
     assert meta == [b"2", b"2", b"claimed"]
 
 
-async def test_an_outcome_that_waits_for_company_in_vain_is_still_recorded(
+async def test_an_outcome_of_a_busy_group_with_no_company_here_is_recorded(
     client: Redis, keys: GroupKeys
 ) -> None:
     scripts = Scripts(client)
     await create(scripts, keys, total=20)
     # The first call learns that 19 members are outstanding: the next one, soon
-    # after, waits for company (up to 4 ms), finds none, and goes.
+    # after, would wait for company, but no other member runs here: it goes.
     assert await record(scripts, keys, 0) is Recorded.RECORDED
     waited = await asyncio.wait_for(record(scripts, keys, 1), timeout=5)
     assert waited is Recorded.RECORDED
