@@ -62,6 +62,9 @@ class Options:
     sizes: tuple[int, ...] = (2000, 20000)
     repeats: int = 3
     max_async_tasks: int = 100
+    #: Fewer slots, for one pair of runs each at the smallest size: a fan-in
+    #: that holds its slots waiting for company shows here, not at 100.
+    few_slots: tuple[int, ...] = (1, 10)
     #: Plain kicks in flight at once: the library's own dispatch default.
     kick_concurrency: int = 64
     #: Children in the untimed warm-up that precedes every timed run.
@@ -76,7 +79,8 @@ class Options:
     def steps(self) -> int:
         """Runs, for the progress bar."""
         counting = 4 if self.count_n else 0
-        return 2 * self.repeats * len(self.sizes) + counting
+        few = 2 * len(self.few_slots)
+        return 2 * self.repeats * len(self.sizes) + few + counting
 
 
 @dataclass
@@ -132,6 +136,7 @@ async def one_run(
     fanin_url: str | None = None,
     measure: bool = True,
     tap: bool = False,
+    slots: int | None = None,
 ) -> tuple[Sample, dict[str, Tally]]:
     """Kick ``n`` children as ``side`` ('fanin' or 'plain') and wait for the drain.
 
@@ -149,7 +154,7 @@ async def one_run(
             APP,
             tasks.broker,
             settings,
-            max_async_tasks=options.max_async_tasks,
+            max_async_tasks=slots or options.max_async_tasks,
             results_dir=options.results_dir,
             label=f"overhead-{label}",
         ) as run,
@@ -338,6 +343,29 @@ def _command_costs(
     }
 
 
+async def _few_slots(
+    provider: RedisProvider, options: Options, steps: Steps
+) -> list[dict[str, Any]]:
+    """One pair of runs at the smallest size for each of ``options.few_slots``.
+
+    With few slots, the time a member's outcome spends waiting for others of
+    its group is time its slot does no work: these rows show it if it happens.
+    """
+    n = min(options.sizes)
+    rows = []
+    for slots in options.few_slots:
+        samples = []
+        for side in ("plain", "fanin"):
+            steps.now(f"n={n}, {side}, {slots} slots")
+            sample, _ = await one_run(
+                provider, options, side, n, label=f"{side}-{n}-s{slots}", slots=slots
+            )
+            samples.append(sample)
+            steps.advance()
+        rows.append({"max_async_tasks": slots, **summarize_size(n, samples)})
+    return rows
+
+
 async def run(
     provider: RedisProvider, options: Options, steps: Steps
 ) -> dict[str, Any]:
@@ -354,6 +382,7 @@ async def run(
                 samples.append(sample)
                 steps.advance()
         rows.append(summarize_size(n, samples))
+    few_slots = await _few_slots(provider, options, steps)
     counts = (
         await count_commands(provider, options, steps)
         if options.count_n and provider.can_monitor
@@ -382,6 +411,7 @@ async def run(
         "runs": rows,
         "repeats": options.repeats,
         "max_async_tasks": options.max_async_tasks,
+        "few_slots": few_slots,
         "kick_concurrency": options.kick_concurrency,
         "counting": counts,
         "peers_ratio": PEERS,
@@ -405,6 +435,19 @@ def checks(data: dict[str, Any]) -> list[Check]:
                 f"{row['ratio']:.3f} ({row['fanin_seconds']:.2f} s"
                 f" / {row['plain_seconds']:.2f} s)",
                 row["ratio"] <= TARGET_RATIO if timed else None,
+            )
+        )
+    for row in data.get("few_slots", []):
+        slots = row["max_async_tasks"]
+        result.append(
+            Check(
+                "overhead",
+                f"wall time fan-in / plain, N={row['n']:,}, {slots} slot"
+                + ("s" if slots != 1 else ""),
+                "reported",
+                f"{row['ratio']:.3f} ({row['fanin_seconds']:.2f} s"
+                f" / {row['plain_seconds']:.2f} s)",
+                None,
             )
         )
     first = data["runs"][0]
@@ -463,6 +506,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-async-tasks", type=int, default=defaults.max_async_tasks)
     p.add_argument(
+        "--few-slots",
+        type=int,
+        nargs="*",
+        default=list(defaults.few_slots),
+        help="one pair of runs at the smallest size with each of these slot counts",
+    )
+    p.add_argument(
         "--count-n",
         type=int,
         default=defaults.count_n,
@@ -489,6 +539,7 @@ def options_from(args: argparse.Namespace) -> Options:
         sizes=tuple(args.sizes),
         repeats=args.repeats,
         max_async_tasks=args.max_async_tasks,
+        few_slots=tuple(args.few_slots),
         count_n=args.count_n,
         results_dir=args.json.parent,
     )
