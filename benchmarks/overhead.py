@@ -8,7 +8,8 @@ acknowledged, the continuation's included). A separate untimed pass counts the
 commands with MONITOR; the timed group runs also read the group's memory at its
 peak, from the continuation.
 
-    python -m benchmarks.overhead [--sizes 2000 20000] [--repeats 3] [--json PATH]
+    python -m benchmarks.overhead [--sizes 2000 20000] [--repeats 3] [--few-slots 1 10]
+        [--json PATH]
 """
 
 from __future__ import annotations

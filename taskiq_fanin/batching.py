@@ -272,7 +272,7 @@ class OutcomeBatcher:
 
     async def _send(self, key: tuple[Any, ...], call: _GroupCall) -> None:
         try:
-            if self._worth_waiting(key):
+            if not call.complete.is_set() and self._worth_waiting(key):
                 # asyncio.TimeoutError: not yet the built-in one on Python 3.10.
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(call.complete.wait(), self._gather_seconds)
