@@ -13,6 +13,7 @@ script call (``OutcomeBatcher``).
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,11 +160,12 @@ class OutcomeBatcher:
     of one call each. A call of a big group whose members have been finishing
     here just now waits for more, up to ``gather_seconds``, but only while more
     can come: it goes once every member of the group running here has joined
-    it and the worker starts no other within a few loop turns (the worker says
-    which members run: :meth:`started`, :meth:`ended`). A worker whose slots
-    the call holds thus never waits for nothing. Any other call goes at the
-    next turn of the event loop, with whatever joined it by then. The script
-    takes the members in order, each as if recorded alone.
+    it and the worker starts no other within a few loop turns, or at once when
+    the worker has only one slot or runs as many members as it ever ran at a
+    time (the worker says which members run: :meth:`started`, :meth:`ended`).
+    A worker whose slots the call holds thus never waits for nothing. Any other
+    call goes at the next turn of the event loop, with whatever joined it by
+    then. The script takes the members in order, each as if recorded alone.
     """
 
     def __init__(
@@ -186,12 +188,22 @@ class OutcomeBatcher:
         #: A member started here while a call was open: this worker has more
         #: than one slot, so a waiting call may see others start.
         self._spare_slots = False
+        #: Members of every group running here, and the most there ever were:
+        #: with as many here as ever ran at once, the slots are taken.
+        self._members_here = 0
+        self._most_here = 0
+        #: Settling callbacks need no context of their own (copying one costs).
+        self._settle_context = contextvars.Context()
         self._sending: set[asyncio.Task[None]] = set()  # the loop keeps weak refs
 
     def started(self, keys: Sequence[Any], token: str, index: int) -> None:
         """Member ``index`` of the group (``keys``, ``token``) starts running here."""
         key = (*keys, token)
-        self._here.setdefault(key, set()).add(index)
+        here = self._here.setdefault(key, set())
+        if index not in here:
+            here.add(index)
+            self._members_here += 1
+            self._most_here = max(self._most_here, self._members_here)
         call = self._open.get(key)
         if call is not None:
             call.arrivals += 1
@@ -201,8 +213,9 @@ class OutcomeBatcher:
         """Member ``index`` is done here, recorded or not (skipped, to be retried)."""
         key = (*keys, token)
         here = self._here.get(key)
-        if here is not None:
-            here.discard(index)
+        if here is not None and index in here:
+            here.remove(index)
+            self._members_here -= 1
             if not here:
                 del self._here[key]
         call = self._open.get(key)
@@ -217,8 +230,10 @@ class OutcomeBatcher:
     def _note_joined(self, key: tuple[Any, ...], call: _GroupCall) -> None:
         if call.settling or call.complete.is_set() or not self._all_joined(key, call):
             return
-        if not self._spare_slots:
-            call.complete.set()  # the call holds the worker's only slot
+        if not self._spare_slots or self._members_here >= self._most_here:
+            # The call holds the worker's only slot, or as many members are
+            # here as ever ran at once: no slot is free for another to start.
+            call.complete.set()
             return
         call.settling = True
         self._settle(key, call, call.arrivals, OUTCOME_SETTLE_TURNS)
@@ -238,7 +253,7 @@ class OutcomeBatcher:
             call.complete.set()  # the worker started no other member: none comes
             return
         asyncio.get_running_loop().call_soon(
-            self._settle, key, call, arrivals, turns - 1
+            self._settle, key, call, arrivals, turns - 1, context=self._settle_context
         )
 
     async def __call__(

@@ -72,6 +72,13 @@ def started(batcher: OutcomeBatcher, keys: GroupKeys, *indexes: int) -> None:
         batcher.started(keys.all, TOKEN, index)
 
 
+def ran_at_once(batcher: OutcomeBatcher, keys: GroupKeys, count: int) -> None:
+    """As if the worker had once run ``count`` members at a time: it has the slots."""
+    started(batcher, keys, *range(100, 100 + count))
+    for index in range(100, 100 + count):
+        batcher.ended(keys.all, TOKEN, index)
+
+
 async def turns(count: int) -> None:
     """Let the event loop run ``count`` times (no time passes)."""
     for _ in range(count):
@@ -116,13 +123,15 @@ async def test_a_member_that_ends_unrecorded_is_not_waited_for(
 async def test_a_call_goes_once_no_other_member_starts(
     batcher: OutcomeBatcher, keys: GroupKeys, script_calls: list[int]
 ) -> None:
+    ran_at_once(batcher, keys, 10)
     started(batcher, keys, 1, 2)
     first = asyncio.create_task(record(batcher, keys, 1))
     await turns(1)
     # A member starts while a call is open: this worker has slots to spare.
     started(batcher, keys, 3)
     later = [asyncio.create_task(record(batcher, keys, index)) for index in (2, 3)]
-    # Everyone here has joined and no member starts: it goes, not in a minute.
+    # Everyone here has joined and, though there are slots to spare, no member
+    # starts: it goes, not in a minute.
     recorded = await asyncio.wait_for(asyncio.gather(first, *later), DEADLINE)
     assert recorded == [Recorded.RECORDED] * 3
     assert script_calls == [3]
@@ -131,6 +140,7 @@ async def test_a_call_goes_once_no_other_member_starts(
 async def test_a_member_starting_while_the_call_settles_is_waited_for(
     batcher: OutcomeBatcher, keys: GroupKeys, script_calls: list[int]
 ) -> None:
+    ran_at_once(batcher, keys, 10)
     started(batcher, keys, 1, 2)
     first = asyncio.create_task(record(batcher, keys, 1))
     await turns(1)
@@ -184,3 +194,24 @@ async def test_the_middleware_says_which_members_run_here(
     await fanin.post_execute(two, retried)
     await asyncio.wait_for(recording, DEADLINE)
     assert await fake_redis.smembers(keys.done) == {b"0", b"1"}
+
+
+async def test_as_many_members_here_as_ever_ran_at_once_go_without_settling(
+    batcher: OutcomeBatcher, keys: GroupKeys, script_calls: list[int]
+) -> None:
+    started(batcher, keys, 1, 2)
+    first = asyncio.create_task(record(batcher, keys, 1))
+    await turns(1)
+    started(batcher, keys, 3)  # slots to spare, and three at once: the most yet
+    later = [asyncio.create_task(record(batcher, keys, index)) for index in (2, 3)]
+    await turns(1)  # all three joined: every slot seen so far is in the call
+    # A member starting now (a slot the worker had not shown) is not waited for.
+    started(batcher, keys, 4)
+    recorded = await asyncio.wait_for(asyncio.gather(first, *later), DEADLINE)
+    assert recorded == [Recorded.RECORDED] * 3
+    for index in (1, 2, 3):
+        batcher.ended(keys.all, TOKEN, index)
+    assert await asyncio.wait_for(record(batcher, keys, 4), DEADLINE) is (
+        Recorded.RECORDED
+    )
+    assert script_calls == [3, 1]
