@@ -37,8 +37,8 @@ OUTCOME_COMPANY = 8
 OUTCOME_RECENT_SECONDS = 0.02
 #: Once every member of the group running here has joined a waiting call, the
 #: turns of the event loop it gives the worker to start another one before it
-#: goes. A worker with a free slot and messages queued starts one within a few;
-#: one whose slots the waiting members hold starts none, however long it waits.
+#: goes. A worker with a free slot and a message already fetched starts it
+#: within a few; one whose slots are all held starts none, however long it waits.
 OUTCOME_SETTLE_TURNS = 10
 #: Groups whose last call a batcher remembers.
 REMEMBERED_GROUPS = 1024
@@ -144,7 +144,9 @@ class _GroupCall:
     members: list[tuple[Sequence[Any], "asyncio.Future[tuple[Any, Any]]"]] = field(
         default_factory=list
     )
-    #: Set when the call need not wait for more members.
+    #: The call waits for more members (its group is busy here) ...
+    waiting: bool = False
+    #: ... until this is set: nobody else can join, or nobody comes.
     complete: asyncio.Event = field(default_factory=asyncio.Event)
     #: Members of the group that started here while this call was open.
     arrivals: int = 0
@@ -181,12 +183,12 @@ class OutcomeBatcher:
             OUTCOME_GATHER_SECONDS if gather_seconds is None else gather_seconds
         )
         self._open: dict[tuple[Any, ...], _GroupCall] = {}
-        #: Per group: its members running here, from their start until done.
-        self._here: dict[tuple[Any, ...], set[int]] = {}
+        #: Per group: members running here that have not joined a call yet.
+        self._unjoined: dict[tuple[Any, ...], set[int]] = {}
         #: Per group: members without an outcome after its last call, and when.
         self._last_call: dict[tuple[Any, ...], tuple[int, float]] = {}
-        #: A member started here while a call was open: this worker has more
-        #: than one slot, so a waiting call may see others start.
+        #: A member started here while a call was open (and held its slot):
+        #: this worker has more than one slot, so others may start meanwhile.
         self._spare_slots = False
         #: Members of every group running here, and the most there ever were:
         #: with as many here as ever ran at once, the slots are taken.
@@ -197,39 +199,43 @@ class OutcomeBatcher:
         self._sending: set[asyncio.Task[None]] = set()  # the loop keeps weak refs
 
     def started(self, keys: Sequence[Any], token: str, index: int) -> None:
-        """Member ``index`` of the group (``keys``, ``token``) starts running here."""
+        """Member ``index`` of the group (``keys``, ``token``) starts running here.
+
+        Each start must be followed by exactly one :meth:`ended`.
+        """
         key = (*keys, token)
-        here = self._here.setdefault(key, set())
-        if index not in here:
-            here.add(index)
-            self._members_here += 1
-            self._most_here = max(self._most_here, self._members_here)
+        self._unjoined.setdefault(key, set()).add(index)
+        self._members_here += 1
+        self._most_here = max(self._most_here, self._members_here)
+        if self._open:
+            self._spare_slots = True
         call = self._open.get(key)
         if call is not None:
             call.arrivals += 1
-            self._spare_slots = True
 
     def ended(self, keys: Sequence[Any], token: str, index: int) -> None:
         """Member ``index`` is done here, recorded or not (skipped, to be retried)."""
         key = (*keys, token)
-        here = self._here.get(key)
-        if here is not None and index in here:
-            here.remove(index)
-            self._members_here -= 1
-            if not here:
-                del self._here[key]
+        self._members_here -= 1
+        self._joined(key, index)
         call = self._open.get(key)
         if call is not None:
             self._note_joined(key, call)
 
-    def _all_joined(self, key: tuple[Any, ...], call: _GroupCall) -> bool:
-        # Those of the group here that are not in this call are in one already
-        # sent: they end when it returns, and join no other.
-        return len(self._here.get(key, ())) <= len(call.members)
+    def _joined(self, key: tuple[Any, ...], index: int) -> None:
+        # Nobody waits for this member any more: it is in a call, or done.
+        unjoined = self._unjoined.get(key)
+        if unjoined is not None:
+            unjoined.discard(index)
+            if not unjoined:
+                del self._unjoined[key]
 
     def _note_joined(self, key: tuple[Any, ...], call: _GroupCall) -> None:
-        if call.settling or call.complete.is_set() or not self._all_joined(key, call):
+        """Complete a waiting call that nobody else can join (or start settling)."""
+        if not call.waiting or call.settling or call.complete.is_set():
             return
+        if key in self._unjoined:
+            return  # a member of the group runs here and will join
         if not self._spare_slots or self._members_here >= self._most_here:
             # The call holds the worker's only slot, or as many members are
             # here as ever ran at once: no slot is free for another to start.
@@ -244,7 +250,7 @@ class OutcomeBatcher:
         """Count loop turns (cheap callbacks, not task steps) for a new member."""
         if call.complete.is_set() or self._open.get(key) is not call:
             return
-        if not self._all_joined(key, call):
+        if key in self._unjoined:
             call.settling = False  # one started and runs: its join settles again
             return
         if call.arrivals != arrivals:
@@ -277,6 +283,7 @@ class OutcomeBatcher:
             call = self._open[key] = _GroupCall(keys, token, head)
             self._start(key, call)
         call.members.append((member, reply))
+        self._joined(key, int(member[0]))
         self._note_joined(key, call)
         return await reply
 
@@ -287,10 +294,15 @@ class OutcomeBatcher:
 
     async def _send(self, key: tuple[Any, ...], call: _GroupCall) -> None:
         try:
-            if not call.complete.is_set() and self._worth_waiting(key):
-                # asyncio.TimeoutError: not yet the built-in one on Python 3.10.
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(call.complete.wait(), self._gather_seconds)
+            if self._worth_waiting(key):
+                call.waiting = True
+                self._note_joined(key, call)
+                if not call.complete.is_set():
+                    # asyncio.TimeoutError: not the built-in one on Python 3.10.
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(
+                            call.complete.wait(), self._gather_seconds
+                        )
             codes, shared, outstanding = await self._call_script(key, call)
             self._remember(key, int(outstanding))
             for (_, reply), code in zip(call.members, codes, strict=True):

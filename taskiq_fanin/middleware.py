@@ -1,7 +1,9 @@
 """``FanInMiddleware``: the one thing a taskiq user adds to their broker."""
 
+import asyncio
+import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -124,6 +126,8 @@ class FanInMiddleware(TaskiqMiddleware):
         self._scripts: Scripts | None = None
         self._chain_record: ChainRecord | None = None
         self._kicking_broker: AsyncBroker | None = None
+        #: Members running here (by message), and how to say each has ended.
+        self._member_runs: dict[int, tuple[TaskiqMessage, Callable[[], None]]] = {}
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -258,7 +262,7 @@ class FanInMiddleware(TaskiqMiddleware):
         """Remember the message; skip what must not run (already ran, cancelled)."""
         guard.current.set((self, message))
         guard.reset_skip()  # never inherit a flag (brokers may run messages inline)
-        self._member_running(MemberRef.from_labels(message.labels), running=True)
+        self._member_started(message)
         try:
             if not await self._may_run(message):
                 guard.skip_current_message(self.broker, message)
@@ -305,17 +309,34 @@ class FanInMiddleware(TaskiqMiddleware):
         try:
             await self._record(message, result, member, skipped=skipped)
         finally:
-            self._member_running(member, running=False)
+            self._member_ended(message)
 
-    def _member_running(self, member: MemberRef | None, *, running: bool) -> None:
-        """Tell the outcome batcher which members run here (it waits only for them)."""
+    def _member_started(self, message: TaskiqMessage) -> None:
+        """Tell the outcome batcher a member runs here (it waits only for those).
+
+        Its end is told once: at the end of ``post_execute``, or when the task
+        running it ends, since taskiq skips ``post_execute`` when something
+        before it failed (another middleware, the acknowledgement).
+        """
+        member = MemberRef.from_labels(message.labels)
         if member is None or self._scripts is None:
             return
         keys = group_keys(self.config.prefix, member.group_id)
-        if running:
-            self._scripts.member_started(keys, token=member.token, index=member.index)
-        else:
-            self._scripts.member_ended(keys, token=member.token, index=member.index)
+        self._scripts.member_started(keys, token=member.token, index=member.index)
+        ended = functools.partial(
+            self._scripts.member_ended, keys, token=member.token, index=member.index
+        )
+        self._member_runs[id(message)] = (message, ended)
+        task = asyncio.current_task()
+        if task is not None:
+            task.add_done_callback(lambda _: self._member_ended(message))
+
+    def _member_ended(self, message: TaskiqMessage) -> None:
+        run = self._member_runs.get(id(message))
+        if run is None or run[0] is not message:
+            return  # told already (the id may be another message's by now)
+        del self._member_runs[id(message)]
+        run[1]()
 
     async def _record(
         self,

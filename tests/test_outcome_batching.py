@@ -120,6 +120,21 @@ async def test_a_member_that_ends_unrecorded_is_not_waited_for(
     assert script_calls == [1]
 
 
+async def test_an_outcome_of_a_member_not_started_here_does_not_end_the_wait(
+    batcher: OutcomeBatcher, keys: GroupKeys, script_calls: list[int]
+) -> None:
+    started(batcher, keys, 1, 2)
+    first = asyncio.create_task(record(batcher, keys, 1))
+    # A chain that is member 11 recorded by its last step: no start was seen.
+    chained = asyncio.create_task(record(batcher, keys, 11))
+    await turns(50)
+    assert not first.done()  # member 2 still runs here and will join
+    second = asyncio.create_task(record(batcher, keys, 2))
+    recorded = await asyncio.wait_for(asyncio.gather(first, chained, second), DEADLINE)
+    assert recorded == [Recorded.RECORDED] * 3
+    assert script_calls == [3]
+
+
 async def test_a_call_goes_once_no_other_member_starts(
     batcher: OutcomeBatcher, keys: GroupKeys, script_calls: list[int]
 ) -> None:
@@ -194,6 +209,15 @@ async def test_the_middleware_says_which_members_run_here(
     await fanin.post_execute(two, retried)
     await asyncio.wait_for(recording, DEADLINE)
     assert await fake_redis.smembers(keys.done) == {b"0", b"1"}
+
+    # taskiq skips post_execute when something before it fails: the end of
+    # the task that ran the member says it is over.
+    three, four = member(3), member(4)
+    await fanin.pre_execute(three)
+    await asyncio.create_task(fanin.pre_execute(four))
+    await asyncio.wait_for(fanin.post_execute(three, done), DEADLINE)
+    assert await fake_redis.smembers(keys.done) == {b"0", b"1", b"3"}
+    assert not fanin._member_runs  # nothing left behind
 
 
 async def test_as_many_members_here_as_ever_ran_at_once_go_without_settling(
