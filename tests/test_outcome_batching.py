@@ -135,19 +135,29 @@ async def test_an_outcome_of_a_member_not_started_here_does_not_end_the_wait(
     assert script_calls == [3]
 
 
+async def three_with_slots_to_spare(
+    batcher: OutcomeBatcher, keys: GroupKeys
+) -> list["asyncio.Task[Recorded]"]:
+    """Members 1 to 3 recording in a worker that once ran 10 members at a time.
+
+    Member 3 starts while the call is open: the worker has slots to spare.
+    """
+    ran_at_once(batcher, keys, 10)
+    started(batcher, keys, 1, 2)
+    recording = [asyncio.create_task(record(batcher, keys, 1))]
+    await turns(1)
+    started(batcher, keys, 3)
+    recording += [asyncio.create_task(record(batcher, keys, i)) for i in (2, 3)]
+    return recording
+
+
 async def test_a_call_goes_once_no_other_member_starts(
     batcher: OutcomeBatcher, keys: GroupKeys, script_calls: list[int]
 ) -> None:
-    ran_at_once(batcher, keys, 10)
-    started(batcher, keys, 1, 2)
-    first = asyncio.create_task(record(batcher, keys, 1))
-    await turns(1)
-    # A member starts while a call is open: this worker has slots to spare.
-    started(batcher, keys, 3)
-    later = [asyncio.create_task(record(batcher, keys, index)) for index in (2, 3)]
+    recording = await three_with_slots_to_spare(batcher, keys)
     # Everyone here has joined and, though there are slots to spare, no member
     # starts: it goes, not in a minute.
-    recorded = await asyncio.wait_for(asyncio.gather(first, *later), DEADLINE)
+    recorded = await asyncio.wait_for(asyncio.gather(*recording), DEADLINE)
     assert recorded == [Recorded.RECORDED] * 3
     assert script_calls == [3]
 
@@ -155,18 +165,13 @@ async def test_a_call_goes_once_no_other_member_starts(
 async def test_a_member_starting_while_the_call_settles_is_waited_for(
     batcher: OutcomeBatcher, keys: GroupKeys, script_calls: list[int]
 ) -> None:
-    ran_at_once(batcher, keys, 10)
-    started(batcher, keys, 1, 2)
-    first = asyncio.create_task(record(batcher, keys, 1))
-    await turns(1)
-    started(batcher, keys, 3)  # slots to spare
-    later = [asyncio.create_task(record(batcher, keys, index)) for index in (2, 3)]
+    recording = await three_with_slots_to_spare(batcher, keys)
     await turns(1)  # all three joined: the call counts turns for another start
     started(batcher, keys, 4)
     await turns(50)
-    assert not first.done()  # member 4 runs here and will join
-    later.append(asyncio.create_task(record(batcher, keys, 4)))
-    recorded = await asyncio.wait_for(asyncio.gather(first, *later), DEADLINE)
+    assert not recording[0].done()  # member 4 runs here and will join
+    recording.append(asyncio.create_task(record(batcher, keys, 4)))
+    recorded = await asyncio.wait_for(asyncio.gather(*recording), DEADLINE)
     assert recorded == [Recorded.RECORDED] * 4
     assert script_calls == [4]
 
