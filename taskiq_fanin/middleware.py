@@ -321,6 +321,7 @@ class FanInMiddleware(TaskiqMiddleware):
         member = MemberRef.from_labels(message.labels)
         if member is None or self._scripts is None:
             return
+        self._member_ended(message)  # the same message started twice: once ended
         keys = group_keys(self.config.prefix, member.group_id)
         self._scripts.member_started(keys, token=member.token, index=member.index)
         ended = functools.partial(
