@@ -14,13 +14,9 @@ from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
 
-from taskiq_fanin.batching import (
-    Command,
-    OutcomeBatcher,
-    PipelineBatcher,
-    ScriptBatcher,
-)
+from taskiq_fanin.batching import Command, PipelineBatcher, ScriptBatcher
 from taskiq_fanin.keys import GroupKeys
+from taskiq_fanin.outcome_batching import OutcomeBatcher
 
 RedisClient = Redis | RedisCluster
 

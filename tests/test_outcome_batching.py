@@ -13,10 +13,11 @@ import pytest
 from redis.asyncio import Redis
 from taskiq import NoResultError, TaskiqMessage, TaskiqResult
 
-from taskiq_fanin import FanInMiddleware, batching
-from taskiq_fanin.batching import OutcomeBatcher, PipelineBatcher
+from taskiq_fanin import FanInMiddleware, outcome_batching
+from taskiq_fanin.batching import PipelineBatcher
 from taskiq_fanin.keys import GroupKeys
 from taskiq_fanin.labels import MEMBER_LABEL
+from taskiq_fanin.outcome_batching import OutcomeBatcher
 from taskiq_fanin.scripts import Recorded, Scripts, read_script
 from tests.test_scripts import NOW, TOKEN, create
 
@@ -32,7 +33,7 @@ async def batcher(
 ) -> OutcomeBatcher:
     """A batcher on a group of 20 with one call behind it: the group is busy."""
     # However slow the machine, that call counts as recent.
-    monkeypatch.setattr(batching, "OUTCOME_RECENT_SECONDS", 3600.0)
+    monkeypatch.setattr(outcome_batching, "OUTCOME_RECENT_SECONDS", 3600.0)
     await create(Scripts(fake_redis), keys, total=20)
     script = fake_redis.register_script(read_script("recordOutcome-7.lua"))
     batcher = OutcomeBatcher(
@@ -182,8 +183,8 @@ async def test_the_middleware_says_which_members_run_here(
     keys: GroupKeys,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(batching, "OUTCOME_GATHER_SECONDS", GATHER_SECONDS)
-    monkeypatch.setattr(batching, "OUTCOME_RECENT_SECONDS", 3600.0)
+    monkeypatch.setattr(outcome_batching, "OUTCOME_GATHER_SECONDS", GATHER_SECONDS)
+    monkeypatch.setattr(outcome_batching, "OUTCOME_RECENT_SECONDS", 3600.0)
     fanin = FanInMiddleware(fake_redis, prefix=key_prefix)
     await fanin.startup()
     await create(fanin.scripts, keys, total=20)
