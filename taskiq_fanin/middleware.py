@@ -1,9 +1,7 @@
 """``FanInMiddleware``: the one thing a taskiq user adds to their broker."""
 
-import asyncio
-import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -39,7 +37,6 @@ from taskiq_fanin.keys import (
     LONGEST_DERIVED_ID,
     ChainKeys,
     GroupKeys,
-    group_keys,
     validate_group_id,
 )
 from taskiq_fanin.labels import (
@@ -50,6 +47,7 @@ from taskiq_fanin.labels import (
 )
 from taskiq_fanin.models import FailurePolicy, GroupStatus, SweepPolicy
 from taskiq_fanin.planning import GroupHandle, plan_group, validate_plan
+from taskiq_fanin.running import RunningMembers
 from taskiq_fanin.scripts import RedisClient, Scripts, text
 from taskiq_fanin.signature import Signature, TaskRef
 
@@ -126,8 +124,8 @@ class FanInMiddleware(TaskiqMiddleware):
         self._scripts: Scripts | None = None
         self._chain_record: ChainRecord | None = None
         self._kicking_broker: AsyncBroker | None = None
-        #: Members running here (by message), and how to say each has ended.
-        self._member_runs: dict[int, tuple[TaskiqMessage, Callable[[], None]]] = {}
+        #: Members running in this worker, for the outcome batcher.
+        self._running = RunningMembers()
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -262,7 +260,7 @@ class FanInMiddleware(TaskiqMiddleware):
         """Remember the message; skip what must not run (already ran, cancelled)."""
         guard.current.set((self, message))
         guard.reset_skip()  # never inherit a flag (brokers may run messages inline)
-        self._member_started(message)
+        self._running.start(message, self._scripts, self.config.prefix)
         try:
             if not await self._may_run(message):
                 guard.skip_current_message(self.broker, message)
@@ -285,12 +283,10 @@ class FanInMiddleware(TaskiqMiddleware):
             logger.info("Chain %s: step %d skipped", cursor.id, cursor.index)
             await chains.skipped(self, cursor, continuation=continuation is not None)
             return False
+        if CANCELLABLE_LABEL not in message.labels:
+            return True
         member = MemberRef.from_labels(message.labels)
-        if (
-            member is not None
-            and CANCELLABLE_LABEL in message.labels
-            and await completion.is_cancelled(self, member)
-        ):
+        if member is not None and await completion.is_cancelled(self, member):
             logger.info("Group %s: cancelled; member skipped", member.group_id)
             return False
         return True
@@ -305,39 +301,11 @@ class FanInMiddleware(TaskiqMiddleware):
         """
         guard.current.set(None)
         skipped = guard.reset_skip()
-        member = MemberRef.from_labels(message.labels)
+        member = self._running.finishing(message)
         try:
             await self._record(message, result, member, skipped=skipped)
         finally:
-            self._member_ended(message)
-
-    def _member_started(self, message: TaskiqMessage) -> None:
-        """Tell the outcome batcher a member runs here (it waits only for those).
-
-        Its end is told once: at the end of ``post_execute``, or when the task
-        running it ends, since taskiq skips ``post_execute`` when something
-        before it failed (another middleware, the acknowledgement).
-        """
-        member = MemberRef.from_labels(message.labels)
-        if member is None or self._scripts is None:
-            return
-        self._member_ended(message)  # the same message started twice: once ended
-        keys = group_keys(self.config.prefix, member.group_id)
-        self._scripts.member_started(keys, token=member.token, index=member.index)
-        ended = functools.partial(
-            self._scripts.member_ended, keys, token=member.token, index=member.index
-        )
-        self._member_runs[id(message)] = (message, ended)
-        task = asyncio.current_task()
-        if task is not None:
-            task.add_done_callback(lambda _: self._member_ended(message))
-
-    def _member_ended(self, message: TaskiqMessage) -> None:
-        run = self._member_runs.get(id(message))
-        if run is None or run[0] is not message:
-            return  # told already (the id may be another message's by now)
-        del self._member_runs[id(message)]
-        run[1]()
+            self._running.end(message)
 
     async def _record(
         self,
