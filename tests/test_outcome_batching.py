@@ -95,13 +95,21 @@ async def test_the_only_member_running_here_never_waits(
     assert recorded is Recorded.RECORDED
 
 
-async def test_a_call_waits_for_the_members_still_running_here(
-    batcher: OutcomeBatcher, keys: GroupKeys, script_calls: list[int]
-) -> None:
+async def one_waiting_for_two(
+    batcher: OutcomeBatcher, keys: GroupKeys
+) -> "asyncio.Task[Recorded]":
+    """Member 1 recording while member 2 still runs here: its call waits."""
     started(batcher, keys, 1, 2)
     first = asyncio.create_task(record(batcher, keys, 1))
     await turns(50)
-    assert not first.done()  # member 2 runs here and will join
+    assert not first.done()  # member 2 runs here and may join
+    return first
+
+
+async def test_a_call_waits_for_the_members_still_running_here(
+    batcher: OutcomeBatcher, keys: GroupKeys, script_calls: list[int]
+) -> None:
+    first = await one_waiting_for_two(batcher, keys)
     second = asyncio.create_task(record(batcher, keys, 2))
     recorded = await asyncio.wait_for(asyncio.gather(first, second), DEADLINE)
     assert recorded == [Recorded.RECORDED, Recorded.RECORDED]
@@ -111,10 +119,7 @@ async def test_a_call_waits_for_the_members_still_running_here(
 async def test_a_member_that_ends_unrecorded_is_not_waited_for(
     batcher: OutcomeBatcher, keys: GroupKeys, script_calls: list[int]
 ) -> None:
-    started(batcher, keys, 1, 2)
-    first = asyncio.create_task(record(batcher, keys, 1))
-    await turns(50)
-    assert not first.done()
+    first = await one_waiting_for_two(batcher, keys)
     # Member 2 was skipped, or failed and will be retried: nothing to record.
     batcher.ended(keys.all, TOKEN, 2)
     assert await asyncio.wait_for(first, DEADLINE) is Recorded.RECORDED
