@@ -356,6 +356,20 @@ def checks(data: dict[str, Any]) -> list[Check]:
                 over <= TARGET_FANIN_MARGIN if within and timed else None,
             )
         )
+    parent, baseline = _find(data, "parent", 10), _find(data, "baseline", 10)
+    if parent is not None and baseline is not None:
+        # The floor under the fan-in's time: one taskiq hop and nothing else.
+        over = parent["seconds"] / baseline["seconds"] - 1
+        result.append(
+            Check(
+                "deadlock",
+                "parents that only kick vs baseline, 10 slots",
+                "reference",
+                f"{parent['seconds']:.3f} s vs {baseline['seconds']:.3f} s "
+                f"({over:+.1%})",
+                None,
+            )
+        )
     counts = sorted(int(key) for key in data["ideal_seconds"])
     ideal = " / ".join(f"{data['ideal_seconds'][str(s)]:g}" for s in counts)
     for pattern in PATTERNS + REFERENCE_PATTERNS:
