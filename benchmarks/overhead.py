@@ -162,9 +162,12 @@ async def one_run(
         contextlib.AsyncExitStack() as stack,
     ):
         run.entries += await _kick(
-            tasks, side, min(n, options.warmup), concurrency=options.kick_concurrency,
+            tasks,
+            side,
+            min(n, options.warmup),
+            concurrency=options.kick_concurrency,
             measure=False,
-        )  # fmt: skip
+        )
         if not await run.wait_drained(options.timeout):
             msg = f"overhead {label}: warm-up not drained in {options.timeout:g}s"
             raise TimeoutError(msg)
@@ -355,16 +358,39 @@ async def _few_slots(
     n = min(options.sizes)
     rows = []
     for slots in options.few_slots:
-        samples = []
-        for side in ("plain", "fanin"):
-            steps.now(f"n={n}, {side}, {slots} slots")
-            sample, _ = await one_run(
-                provider, options, side, n, label=f"{side}-{n}-s{slots}", slots=slots
-            )
-            samples.append(sample)
-            steps.advance()
+        samples = await _pair(
+            provider,
+            options,
+            steps,
+            n,
+            step=f"{slots} slots",
+            tag=f"s{slots}",
+            slots=slots,
+        )
         rows.append({"max_async_tasks": slots, **summarize_size(n, samples)})
     return rows
+
+
+async def _pair(
+    provider: RedisProvider,
+    options: Options,
+    steps: Steps,
+    n: int,
+    *,
+    step: str,
+    tag: str,
+    slots: int | None = None,
+) -> list[Sample]:
+    """One plain run, then one fan-in run, of ``n`` children (A, then B)."""
+    samples = []
+    for side in ("plain", "fanin"):
+        steps.now(f"n={n}, {side}, {step}")
+        sample, _ = await one_run(
+            provider, options, side, n, label=f"{side}-{n}-{tag}", slots=slots
+        )
+        samples.append(sample)
+        steps.advance()
+    return samples
 
 
 async def run(
@@ -375,13 +401,14 @@ async def run(
     for n in options.sizes:
         samples: list[Sample] = []
         for repeat in range(1, options.repeats + 1):
-            for side in ("plain", "fanin"):
-                steps.now(f"n={n}, {side}, run {repeat}/{options.repeats}")
-                sample, _ = await one_run(
-                    provider, options, side, n, label=f"{side}-{n}-{repeat}"
-                )
-                samples.append(sample)
-                steps.advance()
+            samples += await _pair(
+                provider,
+                options,
+                steps,
+                n,
+                step=f"run {repeat}/{options.repeats}",
+                tag=str(repeat),
+            )
         rows.append(summarize_size(n, samples))
     few_slots = await _few_slots(provider, options, steps)
     counts = (
