@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # Inside the venv, so deleting .venv also forces a reinstall.
 STAMP  := $(VENV)/.install-stamp
 # Only the directories that exist yet: ruff fails on a missing path.
-SOURCES := $(wildcard taskiq_fanin tests benchmarks examples)
+SOURCES := $(wildcard taskiq_fanin local_redis tests benchmarks examples)
 
 .PHONY: venv lint format test bench clean
 

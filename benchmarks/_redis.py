@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from benchmarks.apps.common import CONSUMER_GROUP
-from taskiq_fanin.testing import LOOPBACK, REDIS_URL_ENV, RedisServer, free_port
+from local_redis import LOOPBACK, REDIS_URL_ENV, RedisServer, free_port
 
 #: SCAN page size when deleting a run's keys.
 _DELETE_BATCH = 500

@@ -4,13 +4,22 @@ No task ever waits on another: members record their own outcomes, and the one
 that completes its group enqueues the continuation, exactly once.
 """
 
-from taskiq_fanin.api import Group, cancel, chain, group, group_task, status
-from taskiq_fanin.chain_record import ChainState, ChainStatus
-from taskiq_fanin.chain_spec import Chain, ChainFailure, ChainHandle
-from taskiq_fanin.errors import (
+from taskiq_fanin.api.chains import Chain, ChainHandle, chain
+from taskiq_fanin.api.control import (
+    cancel,
+    chain_status,
+    group_status,
+    list_groups,
+    status,
+)
+from taskiq_fanin.api.group_task import group_task
+from taskiq_fanin.api.groups import Group, GroupHandle, group
+from taskiq_fanin.api.sweeping import SWEEP_TASK_NAME, register_sweep_task, sweep
+from taskiq_fanin.model.errors import (
     EmptyGroupError,
     FanInError,
     GroupStepFailedError,
+    GroupTaskOrderError,
     GroupTooWideError,
     InvalidGroupError,
     InvalidGroupIdError,
@@ -20,9 +29,11 @@ from taskiq_fanin.errors import (
     NestingTooDeepError,
     UnknownTaskError,
 )
-from taskiq_fanin.inspection import list_groups
-from taskiq_fanin.middleware import FanInMiddleware
-from taskiq_fanin.models import (
+from taskiq_fanin.model.options import GroupOptions
+from taskiq_fanin.model.results import (
+    ChainFailure,
+    ChainState,
+    ChainStatus,
     FailurePolicy,
     GroupResult,
     GroupState,
@@ -30,10 +41,10 @@ from taskiq_fanin.models import (
     MemberError,
     SweepPolicy,
 )
-from taskiq_fanin.planning import GroupHandle
-from taskiq_fanin.signature import Signature, signature
-from taskiq_fanin.sweep import SWEEP_TASK_NAME, register_sweep_task, sweep
-from taskiq_fanin.sweep_report import Finding, FindingKind, SweepAction, SweepReport
+from taskiq_fanin.model.signature import Signature, signature
+from taskiq_fanin.store.outcome_batching import OutcomeBatching
+from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction, SweepReport
+from taskiq_fanin.worker.middleware import FanInMiddleware
 
 __all__ = [
     "SWEEP_TASK_NAME",
@@ -50,10 +61,12 @@ __all__ = [
     "FindingKind",
     "Group",
     "GroupHandle",
+    "GroupOptions",
     "GroupResult",
     "GroupState",
     "GroupStatus",
     "GroupStepFailedError",
+    "GroupTaskOrderError",
     "GroupTooWideError",
     "InvalidGroupError",
     "InvalidGroupIdError",
@@ -62,6 +75,7 @@ __all__ = [
     "MemberNotSerializableError",
     "MiddlewareNotFoundError",
     "NestingTooDeepError",
+    "OutcomeBatching",
     "Signature",
     "SweepAction",
     "SweepPolicy",
@@ -69,7 +83,9 @@ __all__ = [
     "UnknownTaskError",
     "cancel",
     "chain",
+    "chain_status",
     "group",
+    "group_status",
     "group_task",
     "list_groups",
     "register_sweep_task",

@@ -7,10 +7,7 @@ stuck groups with ``taskiq_fanin_stuck_groups > 0`` (set by each sweep) or on
 """
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from taskiq_fanin.sweep_report import Finding
+from typing import Any
 
 
 class _NoMetric:
@@ -69,12 +66,10 @@ else:
     )
 
 
-def record_sweep(findings: Iterable["Finding"]) -> None:
-    """Count a sweep's findings and set the stuck-groups gauge."""
-    stuck = 0
-    for finding in findings:
-        SWEEP_FINDINGS.labels(kind=finding.kind.value).inc()
-        stuck += finding.kind.value in ("stuck", "unplanned", "chain_stuck")
+def record_sweep(kinds: Iterable[str], *, stuck: int) -> None:
+    """Count a sweep's findings by kind, and set the stuck-groups gauge."""
+    for kind in kinds:
+        SWEEP_FINDINGS.labels(kind=kind).inc()
     STUCK_GROUPS.set(stuck)
 
 

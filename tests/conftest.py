@@ -14,7 +14,7 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 from redis.asyncio import Redis
 
-from taskiq_fanin.testing import RedisCluster, redis_url_from_env_or_server
+from local_redis import RedisCluster, redis_url_from_env_or_server
 
 # Keys are deleted in batches of this many after each test.
 _DELETE_BATCH = 500

@@ -25,9 +25,9 @@ from taskiq import (
 from taskiq.receiver import Receiver
 from taskiq_redis import RedisStreamBroker
 
+from local_redis import stop_process_group
 from taskiq_fanin import FanInMiddleware
-from taskiq_fanin.scripts import RedisClient
-from taskiq_fanin.testing import stop_process_group
+from taskiq_fanin.store.scripts import RedisClient
 
 
 class LossyStreamBroker(RedisStreamBroker):
@@ -68,7 +68,7 @@ def stream_broker(
     (on ``fanin_redis``, a URL or a client, when given, else on the broker's Redis).
 
     A plain ``RedisStreamBroker``, so the library's kicks go in pipelines as they
-    do for users (``taskiq_fanin.dispatch``).
+    do for users (``taskiq_fanin.store.queue_kicks``).
     """
     broker = RedisStreamBroker(
         redis_url, queue_name=f"{prefix}:stream", xread_block=BLOCK_MS

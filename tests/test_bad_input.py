@@ -12,6 +12,7 @@ from taskiq_fanin import (
     FanInError,
     FanInMiddleware,
     GroupHandle,
+    GroupTaskOrderError,
     GroupTooWideError,
     InvalidGroupError,
     InvalidGroupIdError,
@@ -22,6 +23,7 @@ from taskiq_fanin import (
     UnknownTaskError,
     chain,
     group,
+    group_status,
     group_task,
 )
 from tests.harness import eventually
@@ -96,7 +98,7 @@ async def test_a_serializable_argument_is_accepted(fanin: FanInMiddleware) -> No
     # its keys go, or its finaliser would write the sweep's index back.
     await broker.wait_all()
     await eventually(lambda: _finalised(handle), what="the group to be finalised")
-    await fanin.redis.delete(*await fanin.redis.keys("*"))
+    await fanin.context.redis.delete(*await fanin.context.redis.keys("*"))
 
 
 async def _finalised(handle: GroupHandle) -> bool:
@@ -134,7 +136,18 @@ async def test_a_group_task_called_directly_explains_itself() -> None:
         await fan_out()
 
 
+def test_group_task_above_broker_task_is_refused_when_decorating() -> None:
+    with pytest.raises(GroupTaskOrderError, match=r"under @broker\.task") as raised:
+
+        @group_task()
+        @broker.task
+        async def fan_out() -> list[Signature]:
+            return members(1)
+
+    assert isinstance(raised.value, FanInError)
+
+
 async def test_a_middleware_used_before_startup_says_so() -> None:
     fanin = FanInMiddleware("redis://127.0.0.1:1")
     with pytest.raises(MiddlewareNotFoundError, match="startup"):
-        await fanin.status("g")
+        await group_status(fanin, "g")

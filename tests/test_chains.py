@@ -12,11 +12,13 @@ from taskiq import SimpleRetryMiddleware
 from taskiq_fanin import (
     ChainFailure,
     ChainState,
+    FanInMiddleware,
     GroupResult,
     NestingTooDeepError,
     Signature,
     cancel,
     chain,
+    chain_status,
     group,
 )
 from tests.harness import (
@@ -191,7 +193,7 @@ async def test_a_group_of_three_step_chains_continues_once_after_every_chain(
         continued.append(result)
 
     async def chains_done(group_id: str) -> bool:
-        chains_now = [await fanin.chain_status(f"{group_id}.{i}") for i in range(6)]
+        chains_now = [await chain_status(fanin, f"{group_id}.{i}") for i in range(6)]
         return {c.state for c in chains_now} == {ChainState.DONE}
 
     async with worker(broker, max_async_tasks=4):
@@ -348,11 +350,11 @@ async def test_steps_and_members_not_yet_started_see_the_cancel_flag(
             lambda: sent.executions_of(work.task_name) == 2, what="both to be handled"
         )
         group_status = await queued_group.status()
-        chain_status = await queued_chain.status()
+        queued_status = await queued_chain.status()
 
     assert ran == []
     assert group_status.state.value == "cancelled"
-    assert chain_status.state is ChainState.CANCELLED
+    assert queued_status.state is ChainState.CANCELLED
 
 
 async def test_nesting_past_the_bound_fails_with_a_typed_error_and_spawns_nothing(
@@ -370,7 +372,7 @@ async def test_nesting_past_the_bound_fails_with_a_typed_error_and_spawns_nothin
         nested = chain(Signature.of(leaf, 1), group([chain(Signature.of(leaf, 2))]))
         with pytest.raises(NestingTooDeepError):
             await nested.kiq(broker)
-        keys = await fanin.redis.keys(f"{key_prefix}*")
+        keys = await fanin.context.redis.keys(f"{key_prefix}*")
     finally:
         await broker.shutdown()
 
@@ -382,8 +384,10 @@ async def _chain_state(handle: object, state: ChainState) -> bool:
     return (await handle.status()).state is state  # type: ignore[attr-defined]
 
 
-async def _chain_state_of(fanin: object, chain_id: str, state: ChainState) -> bool:
-    return (await fanin.chain_status(chain_id)).state is state  # type: ignore[attr-defined]
+async def _chain_state_of(
+    fanin: FanInMiddleware, chain_id: str, state: ChainState
+) -> bool:
+    return (await chain_status(fanin, chain_id)).state is state
 
 
 async def test_a_cancelled_chain_member_fails_its_member_and_the_group_ends(

@@ -15,9 +15,9 @@ import pytest
 from redis.asyncio import Redis
 from taskiq import AsyncBroker, TaskiqResult
 
-from taskiq_fanin import FanInMiddleware, Signature, group
-from taskiq_fanin.keys import GroupKeys, index_key, sweep_lock_key
-from taskiq_fanin.testing import free_port
+from local_redis import free_port
+from taskiq_fanin import FanInMiddleware, Signature, group, group_status
+from taskiq_fanin.store.keys import GroupKeys, index_key, sweep_lock_key
 from tests.harness import SentMessages, eventually, stream_broker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,7 +89,7 @@ class App:
             await self.finish(group_id, index)
 
         async def overdue() -> bool:
-            return (await self.fanin.status(group_id)).overdue()
+            return (await group_status(self.fanin, group_id)).overdue()
 
         await eventually(overdue, timeout=5, what=f"group {group_id} overdue")
         return group_id
@@ -189,7 +189,7 @@ async def test_sweep_redrive_through_the_broker_kicks_exactly_the_missing_member
     group_id = await app.stuck(4, done=(0, 2))
     stream = f"{app.prefix}:stream"
     kicked_before = await app.redis.xlen(stream)
-    deadline_before = (await app.fanin.status(group_id)).deadline
+    deadline_before = (await group_status(app.fanin, group_id)).deadline
 
     # The installed script: it must find tests.cli_app from the current directory.
     run = await run_cli(
@@ -211,7 +211,7 @@ async def test_sweep_redrive_through_the_broker_kicks_exactly_the_missing_member
     rekicked = [json.loads(fields[b"data"]) for _, fields in entries[kicked_before:]]
     assert sorted(m["task_id"] for m in rekicked) == [f"{group_id}.1", f"{group_id}.3"]
     assert {m["task_name"] for m in rekicked} == {RESIZE}
-    status = await app.fanin.status(group_id)
+    status = await group_status(app.fanin, group_id)
     assert status.redrives == 1
     assert status.deadline > deadline_before  # a new deadline for the re-kicked
 

@@ -5,7 +5,7 @@ tag), so groups spread over the nodes still fan in.
 import pytest
 from redis.asyncio import RedisCluster
 
-from taskiq_fanin import GroupResult, Signature, group
+from taskiq_fanin import GroupResult, Signature, group, group_status
 from tests.harness import SentMessages, eventually, stream_broker, worker
 
 pytestmark = pytest.mark.cluster
@@ -38,7 +38,7 @@ async def test_groups_on_a_cluster_fan_in_once_each(
                 lambda: sent.executions_of(then.task_name) == 12,
                 what="the continuations to complete",
             )
-            states = {(await fanin.status(g)).state.value for g in group_ids}
+            states = {(await group_status(fanin, g)).state.value for g in group_ids}
         slots = {
             cluster.keyslot(f"{key_prefix}:{{{group_id}}}:meta")
             for group_id in group_ids

@@ -9,8 +9,8 @@ from collections import Counter
 
 from redis.asyncio import Redis
 
+from local_redis import RedisServer
 from taskiq_fanin import GroupResult, Signature, group
-from taskiq_fanin.testing import RedisServer
 from tests.harness import SentMessages, eventually, stream_broker, worker
 
 IGNORED = {"info", "ping", "hello", "client|setinfo", "script|load"}

@@ -12,8 +12,7 @@ from taskiq.exceptions import SendTaskError
 from taskiq_redis import ListQueueBroker, RedisStreamBroker
 
 from taskiq_fanin import FanInMiddleware, Signature, group
-from taskiq_fanin.batching import PipelineBatcher
-from taskiq_fanin.dispatch import PipelinedBroker, kicking_broker
+from taskiq_fanin.store.queue_kicks import PipelinedBroker, kicking_broker, queue_of
 from tests.harness import LossyStreamBroker, stream_broker
 
 
@@ -25,6 +24,38 @@ def test_only_queue_brokers_with_their_own_kick_are_pipelined(redis_url: str) ->
     assert kicking_broker(lossy) is lossy
     memory = InMemoryBroker()
     assert kicking_broker(memory) is memory
+
+
+def test_the_queue_brokers_attributes_the_pipelined_kicks_rely_on_are_there(
+    redis_url: str,
+) -> None:
+    """Fails loudly when taskiq-redis renames what ``queue_of`` reads.
+
+    Should it fail, kicks would still work (one by one, through the broker's own
+    ``kick``), but slower: update ``queue_of`` for the new taskiq-redis.
+    """
+    stream = RedisStreamBroker(
+        redis_url, queue_name="jobs", maxlen=7, approximate=False
+    )
+    found = queue_of(stream)
+    assert found is not None, "taskiq-redis's RedisStreamBroker changed"
+    assert (found.queue_name, found.pool) == ("jobs", stream.connection_pool)
+    assert stream.maxlen == 7
+    assert stream.approximate is False
+    listed = ListQueueBroker(redis_url, queue_name="jobs")
+    found = queue_of(listed)
+    assert found is not None, "taskiq-redis's ListQueueBroker changed"
+    assert (found.queue_name, found.pool) == ("jobs", listed.connection_pool)
+
+
+def test_a_queue_broker_not_as_expected_is_kicked_through_its_own_kick(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = RedisStreamBroker(redis_url)
+    del broker.maxlen  # as if taskiq-redis had renamed it
+    assert queue_of(broker) is None
+    assert kicking_broker(broker) is broker
+    assert "not as expected" in caplog.text
 
 
 def _message(task_id: str, **labels: Any) -> BrokerMessage:
@@ -106,42 +137,30 @@ class SendLog(TaskiqMiddleware):
 
 
 async def test_a_groups_members_share_pipelines_and_each_runs_the_middlewares(
-    redis_url: str,
-    redis_client: Redis,
-    key_prefix: str,
-    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str, redis_client: Redis, key_prefix: str
 ) -> None:
     size = 120
     log = SendLog(redis_client, f"{key_prefix}:stream")
     broker, fanin = stream_broker(redis_url, key_prefix, log)
-    batches: list[tuple[PipelineBatcher, int]] = []
-    send = PipelineBatcher._send
-
-    async def counting_send(self: PipelineBatcher, batch: list[Any]) -> None:
-        batches.append((self, len(batch)))
-        await send(self, batch)
-
-    monkeypatch.setattr(PipelineBatcher, "_send", counting_send)
 
     @broker.task
     async def member(index: int) -> None:
         return None
 
     await broker.startup()
-    kicks = fanin.kicking_broker
+    kicks = fanin.context.kicker
     assert isinstance(kicks, PipelinedBroker)
     try:
         handle = await group([Signature.of(member, i) for i in range(size)]).kiq(broker)
     finally:
         await broker.shutdown()
-    pipelines = [size for batcher, size in batches if batcher is kicks._batcher]
     ids = {f"{handle.group_id}.{index}" for index in range(size)}
     assert set(log.before) == ids
     assert set(log.after_and_found) == ids  # post_send came after Redis had it
     assert await redis_client.xlen(f"{key_prefix}:stream") == size
     # Kicks in flight together went together: far fewer pipelines than members.
-    assert sum(pipelines) == size
-    assert len(pipelines) <= size // 10
+    assert kicks.pipeline.stats.commands == size
+    assert kicks.pipeline.stats.pipelines <= size // 10
 
 
 async def test_a_kick_redis_refuses_fails_alone(
@@ -159,7 +178,7 @@ async def test_a_kick_redis_refuses_fails_alone(
 
     await broker.startup()
     try:
-        kicker = fanin.kicking_broker
+        kicker = fanin.context.kicker
         refused, sent = await asyncio.gather(
             Signature.of(job).with_labels(queue_name=not_a_stream).kicker(kicker).kiq(),
             Signature.of(job).kicker(kicker).kiq(),

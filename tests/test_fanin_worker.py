@@ -9,8 +9,8 @@ from collections import defaultdict
 from taskiq import SimpleRetryMiddleware
 
 from taskiq_fanin import GroupResult, Signature, group, group_task
-from taskiq_fanin.keys import GroupKeys
-from taskiq_fanin.labels import MEMBER_LABEL, MemberRef
+from taskiq_fanin.model.labels import MEMBER_LABEL, MemberRef
+from taskiq_fanin.store.keys import GroupKeys
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,
@@ -321,7 +321,9 @@ async def test_group_member_labels_carry_the_group_token(
             [Signature.of(member, i) for i in range(3)], group_id="album-7"
         ).kiq(broker)
         refs = [MemberRef.from_labels(m.labels) for m in sent.sent]
-        token = await fanin.redis.hget(GroupKeys(key_prefix, "album-7").meta, "token")
+        token = await fanin.context.redis.hget(
+            GroupKeys(key_prefix, "album-7").meta, "token"
+        )
     finally:
         await broker.shutdown()
 

@@ -6,8 +6,8 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 from taskiq import BrokerMessage, InMemoryBroker
 
-from taskiq_fanin import FanInMiddleware, Signature, group, group_task
-from taskiq_fanin.keys import GroupKeys
+from taskiq_fanin import FanInMiddleware, Signature, group, group_status, group_task
+from taskiq_fanin.store.keys import GroupKeys
 from tests.harness import eventually
 
 
@@ -53,7 +53,7 @@ async def test_the_ledger_is_durable_before_the_first_kick(
     assert broker.kicked == ["half.0", "half.1"]
     assert await fake_redis.hlen(keys.plan) == 5  # the sweep can finish it
     assert await fake_redis.hget(keys.meta, "planned") == b"0"
-    status = await fanin.status("half")
+    status = await group_status(fanin, "half")
     assert (status.total, status.pending, status.planned) == (5, 5, False)
     assert await fake_redis.zscore("plan:index", "half") is not None
 
@@ -138,5 +138,5 @@ async def test_planning_again_after_the_planner_died_dispatches_the_rest(
 
 
 async def _older_than_lease(fanin: FanInMiddleware, group_id: str) -> bool:
-    status = await fanin.status(group_id)
+    status = await group_status(fanin, group_id)
     return status.age_seconds() > fanin.config.lease  # type: ignore[operator]

@@ -11,16 +11,20 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from taskiq_fanin.batching import PipelineBatcher
-from taskiq_fanin.keys import GroupKeys
-from taskiq_fanin.scripts import (
-    SCRIPT_FILES,
+from taskiq_fanin.store.group_scripts import GroupScripts
+from taskiq_fanin.store.keys import ChainKeys, GroupKeys
+from taskiq_fanin.store.pipeline import PipelineBatcher
+from taskiq_fanin.store.replies import (
     Begin,
     CollectedOutcomes,
     Created,
     Outcome,
     Recorded,
-    Scripts,
+)
+from taskiq_fanin.store.scripts import (
+    CHAIN_SCRIPT_FILES,
+    GROUP_SCRIPT_FILES,
+    SCRIPT_FILES,
     read_script,
 )
 
@@ -40,8 +44,26 @@ def keys(key_prefix: str) -> GroupKeys:
     return GroupKeys(key_prefix, "g1")
 
 
+def scripts_on(client: Redis, pipeline: PipelineBatcher | None = None) -> GroupScripts:
+    """The group scripts on ``client``, with a pipeline of their own."""
+    return GroupScripts(client, pipeline or PipelineBatcher(client), prefix="t")
+
+
+#: A group's options as planning writes them into its meta.
+OPTIONS = {
+    "then": '{"t":"then"}',
+    "on_error": "",
+    "policy": "continue",
+    "sweep": "report",
+    "span": 60_000,
+    "ttl": 10**12,
+    "cancellable": 0,
+    "depth": 1,
+}
+
+
 async def create(
-    scripts: Scripts, keys: GroupKeys, total: int = 3, token: str = TOKEN
+    scripts: GroupScripts, keys: GroupKeys, total: int = 3, token: str = TOKEN
 ) -> tuple[Created, str]:
     return await scripts.create_group(
         keys,
@@ -49,20 +71,14 @@ async def create(
         now_ms=NOW,
         deadline_ms=NOW + 60_000,
         expires_ms=NOW + 10**12,  # far future: real servers expire by wall clock
-        then='{"t":"then"}',
-        on_error="",
-        policy="continue",
-        sweep_policy="report",
-        span_ms=60_000,
-        depth=1,
-        cancellable=False,
+        options=OPTIONS,
         members=[f'{{"t":"m","a":[{i}]}}' for i in range(total)],
         planner_lease_ms=60_000,
     )
 
 
 async def record_with_outcomes(
-    scripts: Scripts,
+    scripts: GroupScripts,
     keys: GroupKeys,
     index: int,
     outcome: Outcome = Outcome.DONE,
@@ -82,7 +98,7 @@ async def record_with_outcomes(
 
 
 async def record(
-    scripts: Scripts,
+    scripts: GroupScripts,
     keys: GroupKeys,
     index: int,
     outcome: Outcome = Outcome.DONE,
@@ -96,7 +112,7 @@ async def record(
 
 
 async def begin(
-    scripts: Scripts, keys: GroupKeys, *, now_ms: int = NOW, attempt: int = 0
+    scripts: GroupScripts, keys: GroupKeys, *, now_ms: int = NOW, attempt: int = 0
 ) -> Begin:
     return await scripts.begin_continuation(
         keys, token=TOKEN, now_ms=now_ms, attempt=attempt
@@ -104,7 +120,7 @@ async def begin(
 
 
 async def dispatch(
-    scripts: Scripts, keys: GroupKeys, kind: str = "then", claimant: str = "test"
+    scripts: GroupScripts, keys: GroupKeys, kind: str = "then", claimant: str = "test"
 ) -> bool:
     return await scripts.mark_dispatched(
         keys,
@@ -117,7 +133,6 @@ async def dispatch(
 
 
 def test_every_script_name_states_the_number_of_keys_it_uses() -> None:
-    group_scripts = 0
     for filename in SCRIPT_FILES.values():
         name = re.fullmatch(r"[a-z][A-Za-z]+-(\d+)\.lua", filename)
         assert name is not None, filename
@@ -125,14 +140,17 @@ def test_every_script_name_states_the_number_of_keys_it_uses() -> None:
         source = read_script(filename)
         assert f"KEYS[{declared}]" in source
         assert f"KEYS[{declared + 1}]" not in source
-        group_scripts += declared == len(GroupKeys("p", "g").all)
-    assert group_scripts == len(SCRIPT_FILES) - 1  # all but releaseLock-1
+    # The wrappers pass every key of a group, or of a chain's record.
+    group_keys, chain_keys = len(GroupKeys("p", "g").all), len(ChainKeys("p", "c").all)
+    takes = {name: int(f.split("-")[1][0]) for name, f in GROUP_SCRIPT_FILES.items()}
+    assert {n for n, k in takes.items() if k != group_keys} == {"release_lock"}
+    assert all(f.endswith(f"-{chain_keys}.lua") for f in CHAIN_SCRIPT_FILES.values())
 
 
 async def test_create_writes_meta_and_ledger_with_ttls(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     assert await create(scripts, keys, total=3) == (Created.CREATED, TOKEN)
     meta = await client.hgetall(keys.meta)
     assert meta[b"total"] == b"3"
@@ -147,7 +165,7 @@ async def test_create_writes_meta_and_ledger_with_ttls(
 async def test_create_of_an_existing_group_changes_nothing(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=3)
     assert await create(scripts, keys, total=5, token="other") == (
         Created.EXISTS,
@@ -158,7 +176,7 @@ async def test_create_of_an_existing_group_changes_nothing(
 
 
 async def test_a_wide_ledger_is_written_whole(client: Redis, keys: GroupKeys) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=12_345)
     assert await client.hlen(keys.plan) == 12_345
 
@@ -166,7 +184,7 @@ async def test_a_wide_ledger_is_written_whole(client: Redis, keys: GroupKeys) ->
 async def test_members_complete_out_of_order_and_the_last_claims(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=3)
     assert await record(scripts, keys, 2) is Recorded.RECORDED
     assert await record(scripts, keys, 0, payload='"zero"') is Recorded.RECORDED
@@ -182,19 +200,13 @@ async def test_members_complete_out_of_order_and_the_last_claims(
 
 
 async def test_members_recorded_together_share_one_call_as_if_recorded_in_turn(
-    client: Redis, keys: GroupKeys, monkeypatch: pytest.MonkeyPatch
+    client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    pipeline = PipelineBatcher(client)
+    scripts = scripts_on(client, pipeline)
     await create(scripts, keys, total=4)
     await record(scripts, keys, 3, Outcome.FAILED)
-    pipelines: list[int] = []
-    send = PipelineBatcher._send
-
-    async def counting_send(self: PipelineBatcher, batch: list[Any]) -> None:
-        pipelines.append(len(batch))
-        await send(self, batch)
-
-    monkeypatch.setattr(PipelineBatcher, "_send", counting_send)
+    pipelines, commands = pipeline.stats.pipelines, pipeline.stats.commands
     calls = [
         (0, Outcome.DONE, '"a"'),
         (0, Outcome.DONE, ""),  # a second delivery, in the same call
@@ -209,7 +221,9 @@ async def test_members_recorded_together_share_one_call_as_if_recorded_in_turn(
             for index, outcome, payload in calls
         )
     )
-    assert pipelines == [1]  # one pipeline carrying one script call
+    # One pipeline carrying one script call.
+    assert pipeline.stats.pipelines - pipelines == 1
+    assert pipeline.stats.commands - commands == 1
     assert [code for code, _ in replies] == [
         Recorded.RECORDED,
         Recorded.DUPLICATE,
@@ -231,7 +245,7 @@ async def test_members_recorded_together_share_one_call_as_if_recorded_in_turn(
 async def test_an_outcome_of_a_busy_group_with_no_company_here_is_recorded(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=20)
     # The first call learns that 19 members are outstanding: the next one, soon
     # after, would wait for company, but no other member runs here: it goes.
@@ -244,7 +258,7 @@ async def test_an_outcome_of_a_busy_group_with_no_company_here_is_recorded(
 async def test_a_call_that_failed_fails_its_members_and_leaves_no_trace(
     client: Redis, keys: GroupKeys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=3)
     execute = Pipeline.execute
 
@@ -264,7 +278,7 @@ async def test_a_call_that_failed_fails_its_members_and_leaves_no_trace(
 
 
 async def test_a_duplicate_counts_once(client: Redis, keys: GroupKeys) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=2)
     assert await record(scripts, keys, 0) is Recorded.RECORDED
     assert await record(scripts, keys, 0) is Recorded.DUPLICATE
@@ -273,7 +287,7 @@ async def test_a_duplicate_counts_once(client: Redis, keys: GroupKeys) -> None:
 
 
 async def test_failed_then_done_is_refused(client: Redis, keys: GroupKeys) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=2)
     assert await record(scripts, keys, 0, Outcome.FAILED) is Recorded.RECORDED
     assert await record(scripts, keys, 0, Outcome.DONE) is Recorded.CONFLICT
@@ -282,7 +296,7 @@ async def test_failed_then_done_is_refused(client: Redis, keys: GroupKeys) -> No
 
 
 async def test_done_then_failed_is_refused(client: Redis, keys: GroupKeys) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=2)
     assert await record(scripts, keys, 0, Outcome.DONE) is Recorded.RECORDED
     assert await record(scripts, keys, 0, Outcome.FAILED) is Recorded.CONFLICT
@@ -294,14 +308,14 @@ async def test_done_then_failed_is_refused(client: Redis, keys: GroupKeys) -> No
 async def test_an_index_outside_the_ledger_is_not_a_member(
     client: Redis, keys: GroupKeys, index: int
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=3)
     assert await record(scripts, keys, index) is Recorded.NOT_MEMBER
     assert await client.exists(keys.done) == 0
 
 
 async def test_a_wrong_token_records_nothing(client: Redis, keys: GroupKeys) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=1)
     assert await record(scripts, keys, 0, token="stale") is Recorded.TOKEN_MISMATCH
     assert await client.exists(keys.done, keys.claim) == 0
@@ -311,7 +325,7 @@ async def test_a_wrong_token_records_nothing(client: Redis, keys: GroupKeys) -> 
 async def test_a_missing_group_is_never_treated_as_complete(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     assert await record(scripts, keys, 0) is Recorded.NO_GROUP
     assert await client.exists(*keys.all) == 0
 
@@ -319,7 +333,7 @@ async def test_a_missing_group_is_never_treated_as_complete(
 async def test_after_the_claim_nothing_claims_again(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=2)
     await record(scripts, keys, 0)
     assert await record(scripts, keys, 1) is Recorded.CLAIMED
@@ -329,7 +343,7 @@ async def test_after_the_claim_nothing_claims_again(
 
 
 async def test_the_claim_lease_is_set_with_nx(client: Redis, keys: GroupKeys) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=1)
     await client.set(keys.claim, "someone else")  # a claim that beat us to it
     assert await record(scripts, keys, 0) is Recorded.RECORDED
@@ -340,7 +354,7 @@ async def test_the_claim_lease_is_set_with_nx(client: Redis, keys: GroupKeys) ->
 async def test_collect_reads_outcomes_and_refuses_a_wrong_token(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=3)
     await record(scripts, keys, 2, payload='{"w": 2}')
     await record(scripts, keys, 0)
@@ -364,7 +378,7 @@ async def test_collect_reads_outcomes_and_refuses_a_wrong_token(
 async def test_dispatch_then_completion_leave_a_tombstone(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=1)
     assert await scripts.mark_planned(keys, token=TOKEN)
     args = {"token": TOKEN, "now_ms": NOW, "tombstone_ms": 5_000}
@@ -387,7 +401,7 @@ async def test_dispatch_then_completion_leave_a_tombstone(
 async def test_a_group_with_no_continuation_completes_at_dispatch(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)
     assert await dispatch(scripts, keys, "none")
@@ -398,7 +412,7 @@ async def test_a_group_with_no_continuation_completes_at_dispatch(
 async def test_mark_planned_never_recreates_an_expired_group(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     assert not await scripts.mark_planned(keys, token=TOKEN)
     assert await client.exists(keys.meta) == 0
 
@@ -406,7 +420,7 @@ async def test_mark_planned_never_recreates_an_expired_group(
 async def test_one_copy_of_a_continuation_runs_at_a_time_and_none_after_completion(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)
     # The continuation may start before its finaliser records the dispatch.
@@ -427,7 +441,7 @@ async def test_a_retry_takes_the_run_lease_over_from_the_attempt_that_failed(
     client: Redis, keys: GroupKeys
 ) -> None:
     """The retry middleware kicks attempt 1 before attempt 0 releases its lease."""
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)
 
@@ -449,7 +463,7 @@ async def test_a_retry_takes_the_run_lease_over_from_the_attempt_that_failed(
 async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)  # claimed by "test", lease held
     reclaim = {"token": TOKEN, "now_ms": NOW, "lease_ms": 30_000, "claimant": "sweep"}
@@ -466,7 +480,7 @@ async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(
 async def test_a_redrive_pushes_the_deadline_and_keeps_the_keys_alive_past_it(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     now = int(time.time() * 1000)
     await scripts.create_group(
         keys,
@@ -474,13 +488,7 @@ async def test_a_redrive_pushes_the_deadline_and_keeps_the_keys_alive_past_it(
         now_ms=now,
         deadline_ms=now + 1_000,
         expires_ms=now + 2_000,  # about to expire, still open
-        then="",
-        on_error="",
-        policy="continue",
-        sweep_policy="redrive",
-        span_ms=60_000,
-        depth=1,
-        cancellable=False,
+        options={**OPTIONS, "then": "", "sweep": "redrive", "ttl": 2_000},
         members=['{"t":"m"}', '{"t":"m"}'],
         planner_lease_ms=60_000,
     )
@@ -499,7 +507,7 @@ async def test_a_redrive_pushes_the_deadline_and_keeps_the_keys_alive_past_it(
 async def test_a_dispatch_is_recorded_even_after_the_continuation_completed(
     client: Redis, keys: GroupKeys
 ) -> None:
-    scripts = Scripts(client)
+    scripts = scripts_on(client)
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)
     assert await begin(scripts, keys) is Begin.RUN

@@ -23,12 +23,13 @@ from taskiq_fanin import (
     SweepAction,
     chain,
     group,
+    group_status,
     register_sweep_task,
     sweep,
 )
-from taskiq_fanin.keys import GroupKeys
-from taskiq_fanin.labels import CONTINUATION_LABEL
-from taskiq_fanin.middleware import find_fanin
+from taskiq_fanin.api.broker import find_fanin
+from taskiq_fanin.model.labels import CONTINUATION_LABEL
+from taskiq_fanin.store.keys import GroupKeys
 from tests.harness import (
     SentMessages,
     eventually,
@@ -41,7 +42,7 @@ SHORT = 0.3  # seconds: deadlines and leases short enough to pass within a test
 
 
 async def overdue(fanin: FanInMiddleware, group_id: str) -> bool:
-    return (await fanin.status(group_id)).overdue()
+    return (await group_status(fanin, group_id)).overdue()
 
 
 async def test_a_member_never_dispatched_is_reported_then_redriven_once(
@@ -76,7 +77,9 @@ async def test_a_member_never_dispatched_is_reported_then_redriven_once(
             [2],
         )
         assert (finding.action, finding.applied) == (SweepAction.REPORT, False)
-        assert (await fanin.status("lost")).redrives == 0  # a dry run writes nothing
+        assert (
+            await group_status(fanin, "lost")
+        ).redrives == 0  # a dry run writes nothing
 
         redriven = await sweep(fanin, policy="redrive")
         assert [(f.action, f.applied, f.missing) for f in redriven.findings] == [
@@ -86,7 +89,7 @@ async def test_a_member_never_dispatched_is_reported_then_redriven_once(
         await eventually(
             lambda: sent.executions_of(then.task_name) == 1, what="completion"
         )
-        status = await fanin.status("lost")
+        status = await group_status(fanin, "lost")
         after = await sweep(fanin, dry_run=True)
 
     assert sorted(runs) == [0, 1, 2, 3]  # only the missing member ran again
@@ -162,10 +165,12 @@ async def test_a_finaliser_that_died_after_its_claim_is_recovered_once(
         members = [Signature.of(member, i) for i in range(3)]
         await group(members, then=then, group_id="crash").kiq(broker)
         await eventually(lambda: fault.failed, what="the injected crash")
-        assert (await fanin.status("crash")).state.value == "claimed"
+        assert (await group_status(fanin, "crash")).state.value == "claimed"
         early = await sweep(fanin)
         assert early.findings == []  # the lease is still held
-        await eventually(lambda: _gone(fanin.redis, claim), what="the lease to end")
+        await eventually(
+            lambda: _gone(fanin.context.redis, claim), what="the lease to end"
+        )
         report = await sweep(fanin)
         await eventually(lambda: len(ran) == 1, what="the continuation")
         await eventually(lambda: sent.executions_of(then.task_name) == 1, what="end")
@@ -238,7 +243,7 @@ async def test_give_up_runs_the_continuation_once_with_the_lost_members(
 
 
 async def _token(fanin: FanInMiddleware, group_id: str) -> str:
-    token = await fanin.redis.hget(
+    token = await fanin.context.redis.hget(
         GroupKeys(fanin.config.prefix, group_id).meta, "token"
     )
     return token.decode()
@@ -264,7 +269,9 @@ async def test_two_sweeps_at_the_same_moment_act_once(
             ).kiq(broker)
         await eventually(lambda: overdue(fanin, "c"), what="the deadlines")
         reports = await asyncio.gather(sweep(fanin), sweep(fanin))
-        redrives = [(await fanin.status(name)).redrives for name in ("a", "b", "c")]
+        redrives = [
+            (await group_status(fanin, name)).redrives for name in ("a", "b", "c")
+        ]
     finally:
         await broker.shutdown()
 
@@ -324,7 +331,7 @@ async def test_the_sweep_task_is_scheduled_by_taskiq_and_returns_its_report(
         await eventually(
             lambda: sent.executions_of(SWEEP_TASK_NAME) == 1, what="the sweep task"
         )
-        status = await fanin.status("s")
+        status = await group_status(fanin, "s")
 
     report = sent.results[-1]
     assert isinstance(report, dict)
@@ -427,7 +434,7 @@ async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
 
 
 async def _state_is(fanin: FanInMiddleware, group_id: str, state: str) -> bool:
-    return (await fanin.status(group_id)).state.value == state
+    return (await group_status(fanin, group_id)).state.value == state
 
 
 async def _continuation_overdue(fanin: FanInMiddleware) -> bool:
@@ -437,7 +444,7 @@ async def _continuation_overdue(fanin: FanInMiddleware) -> bool:
 
 async def _done(fanin: FanInMiddleware, group_id: str, count: int) -> bool:
     """True once ``count`` members have their outcome recorded (not just started)."""
-    return (await fanin.status(group_id)).done == count
+    return (await group_status(fanin, group_id)).done == count
 
 
 async def test_a_chain_whose_next_step_was_lost_is_reported_then_redriven(

@@ -1,0 +1,286 @@
+"""One throwaway ``redis-server`` on a free loopback port, and helpers around it.
+
+Each server keeps nothing on disk, runs in its own process group (so a Ctrl-C in
+the terminal reaches us, not it, and we stop it in order) and lives in a
+temporary directory removed on stop. Readiness is asked with redis-py's PING.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import redis
+from redis.exceptions import RedisError
+
+#: Environment variable naming a Redis server to use instead of starting one.
+REDIS_URL_ENV = "REDIS_URL"
+
+#: Only ever listen on, and connect to, the loopback interface.
+LOOPBACK = "127.0.0.1"
+
+#: How long a fresh server may take to answer PING; generous for a loaded CI box.
+DEFAULT_STARTUP_TIMEOUT = 15.0
+
+#: How long a server gets to exit after SIGTERM before it is sent SIGKILL.
+DEFAULT_STOP_GRACE = 5.0
+
+#: Tries at a fresh port when another process takes ours between probe and bind.
+_PORT_ATTEMPTS = 5
+
+POLL_INTERVAL = 0.02
+INSTALL_HINT = (
+    "Install it (Debian/Ubuntu: `apt-get install redis-server`, which also brings "
+    "redis-cli; macOS: `brew install redis`), or set REDIS_URL to a Redis server "
+    "the tests may use."
+)
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now.
+
+    The port is only free at the moment of the call: callers retry when another
+    process takes it before they bind it.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def find_executable(name: str) -> str:
+    """The path of ``name`` on PATH, or an error that says how to install it."""
+    path = shutil.which(name)
+    if path is None:
+        msg = f"{name} was not found on PATH. {INSTALL_HINT}"
+        raise RuntimeError(msg)
+    return path
+
+
+def _answers(port: int) -> bool:
+    """Whether a server on ``127.0.0.1:port`` answers PING (not while loading)."""
+    client = redis.Redis(
+        host=LOOPBACK, port=port, socket_timeout=1.0, socket_connect_timeout=1.0
+    )
+    try:
+        return bool(client.ping())
+    except RedisError:
+        return False
+    finally:
+        client.close()
+
+
+class RedisServer:
+    """One ``redis-server`` on a free loopback port, for as long as it is needed.
+
+    Nothing is persisted: no RDB snapshots, no AOF, and the working directory is
+    a temporary one removed by :meth:`stop`.
+
+    Args:
+        executable: the server binary, looked up on PATH.
+        extra_args: more ``--option value`` arguments for the server.
+        startup_timeout: seconds to wait for the first PONG.
+        stop_grace: seconds between SIGTERM and SIGKILL on stop.
+    """
+
+    def __init__(
+        self,
+        *,
+        executable: str = "redis-server",
+        extra_args: Sequence[str] = (),
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+        stop_grace: float = DEFAULT_STOP_GRACE,
+    ) -> None:
+        self._executable = executable
+        self._extra_args = tuple(extra_args)
+        self._startup_timeout = startup_timeout
+        self._stop_grace = stop_grace
+        self._process: subprocess.Popen[bytes] | None = None
+        self._port: int | None = None
+        self._dir: Path | None = None
+
+    @property
+    def port(self) -> int:
+        """The TCP port the running server listens on."""
+        if self._port is None:
+            msg = "the server is not running: call start() first"
+            raise RuntimeError(msg)
+        return self._port
+
+    @property
+    def host(self) -> str:
+        """The address the server listens on (always loopback)."""
+        return LOOPBACK
+
+    @property
+    def url(self) -> str:
+        """A ``redis://`` URL for database 0 of the running server."""
+        return f"redis://{LOOPBACK}:{self.port}/0"
+
+    @property
+    def directory(self) -> Path:
+        """The server's temporary working directory (log, cluster config)."""
+        if self._dir is None:
+            msg = "the server is not running: call start() first"
+            raise RuntimeError(msg)
+        return self._dir
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> RedisServer:
+        """Start the server and wait until it answers PING.
+
+        Returns:
+            The server itself, to allow ``server = RedisServer().start()``.
+
+        Raises:
+            RuntimeError: the binary is missing, or the server did not come up
+                (the message carries the tail of its log).
+        """
+        if self._process is not None:
+            msg = "the server is already started"
+            raise RuntimeError(msg)
+        executable = find_executable(self._executable)
+        self._dir = Path(tempfile.mkdtemp(prefix="taskiq-fanin-redis-"))
+        try:
+            for _ in range(_PORT_ATTEMPTS):
+                if self._launch(executable):
+                    atexit.register(self.stop)
+                    return self
+            msg = f"no free port for redis-server after {_PORT_ATTEMPTS} tries"
+            raise RuntimeError(msg)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL) and remove its directory.
+
+        Safe to call more than once, and on a server that never started.
+        """
+        atexit.unregister(self.stop)
+        process, self._process, self._port = self._process, None, None
+        if process is not None:
+            stop_process_group(process, self._stop_grace)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        where = f"port={self._port}" if self._port is not None else "stopped"
+        return f"<{type(self).__name__} {where}>"
+
+    def _server_args(self, port: int) -> list[str]:
+        """Command-line options for a server on ``port``; subclasses add more."""
+        return [
+            "--port", str(port),
+            "--bind", LOOPBACK,
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(self.directory),
+            "--daemonize", "no",
+            *self._extra_args,
+        ]  # fmt: skip
+
+    def _launch(self, executable: str) -> bool:
+        """Run the server on a fresh port; False when that port was taken."""
+        port = free_port()
+        log_path = self.directory / "redis.log"
+        with log_path.open("ab") as log:
+            # The child keeps its own copy of the log descriptor.
+            self._process = subprocess.Popen(
+                [executable, *self._server_args(port)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + self._startup_timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                self._process = None
+                log_text = _tail(log_path)
+                if "Address already in use" in log_text:
+                    return False
+                msg = f"redis-server exited at startup:\n{log_text}"
+                raise RuntimeError(msg)
+            if _answers(port):
+                self._port = port
+                return True
+            time.sleep(POLL_INTERVAL)
+        msg = (
+            f"redis-server on port {port} did not answer PING within "
+            f"{self._startup_timeout:g}s:\n{_tail(log_path)}"
+        )
+        raise RuntimeError(msg)
+
+
+def stop_process_group(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
+    """SIGTERM the process's group, then SIGKILL it if it outlives ``grace``.
+
+    For processes started with ``start_new_session=True`` (the leaders of their
+    own group): a redis-server, or a ``taskiq worker``, which can hang on SIGTERM
+    and leaves child processes behind if only its leader is signalled.
+    """
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def redis_url_from_env_or_server() -> Iterator[str]:
+    """Yield ``$REDIS_URL`` when it is set, else the URL of a fresh server.
+
+    A server started here is stopped when the block exits; a server named by
+    ``REDIS_URL`` is left alone (and never flushed: callers isolate their keys
+    with a unique prefix).
+
+    Raises:
+        RuntimeError: ``REDIS_URL`` is unset and no server could be started,
+            with instructions for installing ``redis-server``.
+    """
+    url = os.environ.get(REDIS_URL_ENV, "").strip()
+    if url:
+        yield url
+        return
+    with RedisServer() as server:
+        yield server.url

@@ -1,0 +1,72 @@
+"""``chain(...)``: steps described, then started on a broker."""
+
+import uuid
+from dataclasses import dataclass, field
+
+from taskiq_fanin.api.broker import Target, context_of
+from taskiq_fanin.chains import launch, record
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.model.errors import InvalidGroupError
+from taskiq_fanin.model.results import ChainStatus
+from taskiq_fanin.model.signature import Signature, TaskRef, as_signature
+from taskiq_fanin.model.spec import ChainSpec, GroupSpec
+from taskiq_fanin.store.keys import validate_group_id
+
+
+@dataclass(frozen=True)
+class ChainHandle:
+    """What starting a chain hands back: its id, and a way to ask about it."""
+
+    chain_id: str
+    _ctx: FanInContext = field(repr=False, compare=False)
+
+    async def status(self) -> ChainStatus:
+        """The chain's workflow record now."""
+        return await record.status(self._ctx, self.chain_id)
+
+
+class Chain(ChainSpec):
+    """Steps run one after another, each enqueued by the one before it.
+
+    Build one with :func:`chain`; start it with ``await c.kiq(broker)``, or make
+    it a member of a ``group(...)``.
+    """
+
+    async def kiq(self, broker: Target) -> ChainHandle:
+        """Start the chain on ``broker``: its record, then its first step."""
+        ctx = context_of(broker)
+        chain_id = (
+            validate_group_id(self.chain_id)
+            if self.chain_id is not None
+            else uuid.uuid4().hex
+        )
+        await launch.start(ctx, self, chain_id=chain_id)
+        return ChainHandle(chain_id, ctx)
+
+
+def chain(
+    *steps: Signature | GroupSpec,
+    on_error: TaskRef | Signature | None = None,
+    chain_id: str | None = None,
+) -> Chain:
+    """Describe a chain; nothing is written until it is kicked on a broker.
+
+    ``await chain(a, b, c).kiq(broker)`` starts it. Each step, when its last
+    attempt succeeds, enqueues the next with its result as the first argument
+    (``Signature.immutable()`` opts out). A step may be a ``group(...)`` (without
+    ``then``, ``on_error`` or ``group_id``): the next step receives its
+    ``GroupResult``. If a step fails for good, ``on_error`` receives a
+    ``ChainFailure`` and the compensations of the completed steps
+    (``Signature.with_compensation``) run in reverse order.
+    """
+    for index, step in enumerate(steps):
+        if not isinstance(step, Signature | GroupSpec):
+            raise InvalidGroupError(
+                reason=f"step {index} is a {type(step).__name__}, "
+                "not a Signature or a group"
+            )
+    return Chain.model_construct(
+        steps=steps,
+        on_error=as_signature(on_error) if on_error is not None else None,
+        chain_id=chain_id,
+    )

@@ -1,0 +1,63 @@
+"""Looking at groups and chains by id, and cancelling them."""
+
+from datetime import datetime
+
+from taskiq_fanin.api.broker import Target, context_of
+from taskiq_fanin.chains import record, saga
+from taskiq_fanin.groups import inspection
+from taskiq_fanin.groups.continuation import cancel_group
+from taskiq_fanin.groups.inspection import DEFAULT_LIST_LIMIT
+from taskiq_fanin.model.results import ChainState, ChainStatus, GroupState, GroupStatus
+
+
+async def group_status(target: Target, group_id: str) -> GroupStatus:
+    """Counts, state and times of a group, read from its own keys."""
+    return await inspection.status(context_of(target), group_id)
+
+
+async def chain_status(target: Target, chain_id: str) -> ChainStatus:
+    """Current step, state, times and error of a chain, from its record."""
+    return await record.status(context_of(target), chain_id)
+
+
+async def status(target: Target, workflow_id: str) -> GroupStatus | ChainStatus:
+    """The status of a group, or else of a chain, started through ``target``.
+
+    A ``GroupStatus`` in state ``missing`` when neither exists.
+    """
+    ctx = context_of(target)
+    found = await inspection.status(ctx, workflow_id)
+    if found.state is not GroupState.MISSING:
+        return found
+    chain_found = await record.status(ctx, workflow_id)
+    return chain_found if chain_found.state is not ChainState.MISSING else found
+
+
+async def cancel(target: Target, workflow_id: str) -> bool:
+    """Cancel a chain or a group by id; False if it is not running.
+
+    A cancelled chain runs no further step (a step about to start sees the flag)
+    and the compensations of its completed steps run. A cancelled group runs no
+    continuation; members already enqueued still run, unless the group was
+    planned with ``cancellable=True``, whose members check the flag first.
+    """
+    ctx = context_of(target)
+    if await saga.cancel(ctx, workflow_id):
+        return True
+    return await cancel_group(ctx, workflow_id)
+
+
+async def list_groups(
+    target: Target,
+    *,
+    stuck: bool = False,
+    limit: int = DEFAULT_LIST_LIMIT,
+    now: datetime | None = None,
+) -> list[GroupStatus]:
+    """Groups in the sweep's index that still exist, soonest due first.
+
+    With ``stuck``, only those still open past their deadline.
+    """
+    return await inspection.list_groups(
+        context_of(target), stuck=stuck, limit=limit, now=now
+    )

@@ -1,0 +1,102 @@
+"""``@group_task``: a task whose body says what to fan out, and returns at once."""
+
+import functools
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, ParamSpec, overload
+
+from taskiq import TaskiqMessage
+from taskiq.decor import AsyncTaskiqDecoratedTask
+
+from taskiq_fanin.api.groups import group
+from taskiq_fanin.chains.cursor import ChainCursor
+from taskiq_fanin.context import current_run
+from taskiq_fanin.groups.planning import plan_group
+from taskiq_fanin.groups.validation import validate_group
+from taskiq_fanin.model.errors import GroupTaskOrderError, MiddlewareNotFoundError
+from taskiq_fanin.model.labels import DEPTH_LABEL
+from taskiq_fanin.model.options import GroupOptions
+from taskiq_fanin.model.signature import Signature
+from taskiq_fanin.model.spec import ChainSpec, GroupSpec
+from taskiq_fanin.store.keys import is_valid_id
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from taskiq_fanin.model.options import GroupOptionsArgs
+
+P = ParamSpec("P")
+#: What a ``@group_task`` body may return: members, or a ``group(...)``.
+Returned = Iterable[Signature | ChainSpec] | GroupSpec
+FanOut = Callable[P, Returned | Awaitable[Returned]]
+Decorated = Callable[P, Awaitable[str]]
+
+
+@overload
+def group_task(func: FanOut[P], /) -> Decorated[P]: ...
+@overload
+def group_task(
+    func: None = None, /, **options: "Unpack[GroupOptionsArgs]"
+) -> Callable[[FanOut[P]], Decorated[P]]: ...
+
+
+def group_task(
+    func: FanOut[P] | None = None, /, **options: "Unpack[GroupOptionsArgs]"
+) -> Decorated[P] | Callable[[FanOut[P]], Decorated[P]]:
+    """Turn a function that returns members (or a ``group(...)``) into a fan-out task.
+
+    Put it under ``@broker.task``. The body only says *what* to run; the library
+    plans the members, dispatches them, wires ``then`` and returns the group id at
+    once, so the fan-out never holds a worker slot while members run. The
+    options are ``group(...)``'s; those of a returned ``group(...)`` win. The
+    group id is the fan-out task's own id: a redelivered or retried fan-out plans
+    the same group and dispatches nothing twice.
+    """
+    defaults = GroupOptions.parse(options)
+
+    def decorate(body: FanOut[P]) -> Decorated[P]:
+        if isinstance(body, AsyncTaskiqDecoratedTask):
+            raise GroupTaskOrderError(name=body.task_name)
+
+        @functools.wraps(body)
+        async def fan_out(*args: P.args, **kwargs: P.kwargs) -> str:
+            running = current_run.get()
+            if running is None:
+                raise MiddlewareNotFoundError(
+                    reason=f"{body.__name__} is a group task: kick it on a broker "
+                    "with FanInMiddleware instead of calling it"
+                )
+            ctx, message = running
+            returned = body(*args, **kwargs)
+            if inspect.isawaitable(returned):
+                returned = await returned
+            spec = returned if isinstance(returned, GroupSpec) else group(returned)
+            planned = GroupSpec(
+                members=spec.members,
+                options=defaults.overridden_by(spec.options),
+                group_id=spec.group_id or _own_id(message),
+            )
+            depth = nesting_depth(message) + 1
+            return (
+                await plan_group(ctx, validate_group(ctx, planned, depth=depth))
+            ).group_id
+
+        fan_out.__annotations__ = {**body.__annotations__, "return": str}
+        return fan_out
+
+    return decorate(func) if func is not None else decorate
+
+
+def _own_id(message: TaskiqMessage) -> str:
+    """The fan-out's task id, where it can name a group (else a fresh id)."""
+    return message.task_id if is_valid_id(message.task_id) else uuid.uuid4().hex
+
+
+def nesting_depth(message: TaskiqMessage) -> int:
+    """How deep the running message sits in groups and chains (0: at the top)."""
+    cursor = ChainCursor.from_labels(message.labels)
+    if cursor is not None:
+        return cursor.depth
+    raw: Any = message.labels.get(DEPTH_LABEL, "0")
+    return int(raw) if str(raw).isdigit() else 0

@@ -1,0 +1,82 @@
+"""``group(...)``: a group described, then planned and dispatched on a broker."""
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from taskiq_fanin.api.broker import Target, context_of
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups import inspection
+from taskiq_fanin.groups.planning import plan_group
+from taskiq_fanin.groups.validation import validate_group
+from taskiq_fanin.model.errors import InvalidGroupError
+from taskiq_fanin.model.options import GroupOptions
+from taskiq_fanin.model.results import GroupStatus
+from taskiq_fanin.model.signature import Signature
+from taskiq_fanin.model.spec import ChainSpec, GroupSpec
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from taskiq_fanin.model.options import GroupOptionsArgs
+
+
+@dataclass(frozen=True)
+class GroupHandle:
+    """What planning a group hands back: its id, and a way to ask about it."""
+
+    group_id: str
+    #: False when a group with this id already existed and nothing was dispatched.
+    created: bool
+    _ctx: FanInContext = field(repr=False, compare=False)
+
+    async def status(self) -> GroupStatus:
+        """The group's status as Redis holds it now."""
+        return await inspection.status(self._ctx, self.group_id)
+
+
+class Group(GroupSpec):
+    """A group not yet planned: members, and what runs when they all have an outcome.
+
+    Build one with :func:`group`; plan and dispatch it with ``await g.kiq(broker)``,
+    return it from a ``@group_task`` body (to give the continuation arguments
+    known only at run time), or make it a step of a ``chain(...)``.
+    """
+
+    async def kiq(self, broker: Target) -> GroupHandle:
+        """Plan the group on ``broker`` and dispatch its members; returns at once.
+
+        Bad input raises a ``FanInError`` before anything is written.
+        """
+        ctx = context_of(broker)
+        planned = await plan_group(ctx, validate_group(ctx, self))
+        return GroupHandle(planned.group_id, planned.created, ctx)
+
+
+def group(
+    members: Iterable[Signature | ChainSpec],
+    *,
+    group_id: str | None = None,
+    **options: "Unpack[GroupOptionsArgs]",
+) -> Group:
+    """Describe a group; nothing is written until it is kicked on a broker.
+
+    ``await group(members, then=...).kiq(broker)`` plans and dispatches it.
+    Members are ``Signature`` s or ``chain(...)`` s (a chain counts once its last
+    step ends). The options (``GroupOptions``): ``then`` receives a
+    ``GroupResult`` as its first argument once every member has an outcome; with
+    ``failure_policy="fail"``, ``on_error`` receives it instead when any member
+    failed; ``sweep_policy``, ``ttl`` and ``deadline`` (seconds) override the
+    middleware's; ``cancellable`` members check for cancellation before they run.
+    A ``group_id`` makes planning idempotent.
+    """
+    listed = tuple(members)
+    for index, member in enumerate(listed):
+        if not isinstance(member, Signature | ChainSpec):
+            raise InvalidGroupError(
+                reason=f"member {index} is a {type(member).__name__}, "
+                "not a Signature or a chain"
+            )
+    return Group.model_construct(
+        members=listed, options=GroupOptions.parse(options), group_id=group_id
+    )

@@ -1,0 +1,64 @@
+"""Where a message stands in its chain: the plan that travels with each step.
+
+No coordinator runs a chain: each step's message carries the rest of the plan
+in its ``fanin_chain`` label, as JSON.
+"""
+
+import logging
+from typing import Any
+
+from pydantic import BaseModel
+
+from taskiq_fanin.model.signature import Signature
+from taskiq_fanin.model.spec import Step
+
+logger = logging.getLogger("taskiq_fanin.chains")
+
+#: On a chain step: the ``ChainCursor`` as JSON.
+CHAIN_LABEL = "fanin_chain"
+
+
+class ChainCursor(BaseModel):
+    """Where a message stands in its chain; travels as the ``fanin_chain`` label."""
+
+    id: str
+    token: str
+    index: int
+    rest: tuple[Step, ...] = ()
+    on_error: Signature | None = None
+    #: When the chain is a group member: the member label to record at its end.
+    member: str | None = None
+    depth: int = 1
+    #: What undoes this step, remembered in the record once the step succeeds.
+    undo: Signature | None = None
+
+    def label(self) -> dict[str, str]:
+        """The label that carries this cursor."""
+        return {CHAIN_LABEL: self.model_dump_json(exclude_defaults=True)}
+
+    @property
+    def step_id(self) -> str:
+        """The task id of this step (and the group id, when the step is a group)."""
+        return f"{self.id}.{self.index}"
+
+    @classmethod
+    def from_labels(cls, labels: dict[str, Any]) -> "ChainCursor | None":
+        """Parse the chain label, or ``None`` if absent or malformed."""
+        raw = labels.get(CHAIN_LABEL)
+        if not raw:
+            return None
+        try:
+            return cls.model_validate_json(str(raw))
+        except ValueError:
+            logger.warning("Malformed %s label ignored", CHAIN_LABEL)
+            return None
+
+
+class PendingStep(BaseModel):
+    """A step's kick as the record keeps it, so the sweep can make it again."""
+
+    cursor: ChainCursor
+    step: Step
+    #: The previous step's result (as JSON would carry it); absent for step 0.
+    previous: Any = None
+    has_previous: bool = False

@@ -1,0 +1,86 @@
+"""When a chain stops early: its error continuation, its compensations, cancelling.
+
+A step that fails for good stops its chain: ``on_error`` runs once with a
+``ChainFailure``, and the compensations of the steps already completed run once
+each, last first, as a chain of their own (``<chain id>.undo``). A cancelled
+chain runs no further step, and its compensations run as for a failure.
+"""
+
+from taskiq_fanin.chains import launch, record
+from taskiq_fanin.chains.cursor import ChainCursor
+from taskiq_fanin.chains.membership import cancelled_result, end_member
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
+from taskiq_fanin.model.results import ChainFailure, ChainState, MemberError
+from taskiq_fanin.model.signature import Signature
+from taskiq_fanin.model.spec import ChainSpec
+from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, validate_group_id
+
+
+async def after_failure(
+    ctx: FanInContext, cursor: ChainCursor, summary: str, compensations: list[str]
+) -> None:
+    """The chain failed at the cursor's step: run ``on_error``, then undo."""
+    if cursor.on_error is not None:
+        names = (await record.status(ctx, cursor.id)).step_names
+        failure = ChainFailure(
+            chain_id=cursor.id,
+            step=cursor.index,
+            step_name=names[cursor.index] if cursor.index < len(names) else "",
+            error=MemberError.model_validate_json(summary),
+        )
+        await (
+            cursor.on_error.kicker(ctx.kicker)
+            .with_task_id(f"{cursor.id}.on_error")
+            .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
+        )
+    await compensate(ctx, f"{cursor.id}.undo", compensations)
+
+
+async def compensate(ctx: FanInContext, undo_id: str, compensations: list[str]) -> None:
+    """Run the compensations, last completed step first, as a chain of their own."""
+    if not compensations:
+        return
+    steps = [Signature.from_ledger(raw).immutable() for raw in reversed(compensations)]
+    await launch.start(ctx, ChainSpec(steps=tuple(steps)), chain_id=undo_id)
+
+
+async def undo_cancelled_step(ctx: FanInContext, cursor: ChainCursor) -> None:
+    """The chain was cancelled while this step ran: its own effect is undone too."""
+    if cursor.undo is not None:
+        undo_id = f"{cursor.id}.undo{cursor.index}"
+        await compensate(ctx, undo_id, [cursor.undo.to_ledger()])
+    await end_member(ctx, cursor, cancelled_result())
+
+
+async def cancel(ctx: FanInContext, chain_id: str) -> bool:
+    """Cancel a running chain: its completed steps' compensations run.
+
+    False if the chain is not running (over, or unknown).
+    """
+    validate_group_id(chain_id, longest=LONGEST_DERIVED_ID)
+    cancelled = await ctx.chain_scripts.cancel(
+        record.keys_of(ctx, chain_id), now_ms=ctx.now_ms()
+    )
+    if cancelled is None:
+        return False
+    step, compensations = cancelled
+    # If the chain is at a group step, that group continues nothing now.
+    await cancel_group(ctx, f"{chain_id}.{step}")
+    await compensate(ctx, f"{chain_id}.undo", compensations)
+    return True
+
+
+async def skipped(
+    ctx: FanInContext, cursor: ChainCursor, *, continuation: bool
+) -> None:
+    """Close what a step the guard skipped leaves open, if its chain was cancelled.
+
+    That is the group whose continuation the step was, and the group member the
+    chain is.
+    """
+    if await record.state(ctx, cursor.id) is not ChainState.CANCELLED:
+        return
+    if continuation:
+        await complete_unrun(ctx, cursor.step_id)
+    await end_member(ctx, cursor, cancelled_result())

@@ -1,0 +1,73 @@
+"""``taskiq-fanin``: a group's status, the open groups, and the sweep, from a shell.
+
+Nothing waits on a group, so an operator needs a way to look at one without writing
+Python, and cron needs an exit code. Each command prints a table, or one JSON
+document with ``--json``. ``taskiq fanin ...`` runs the same commands.
+"""
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from redis.exceptions import RedisError
+from taskiq.abc.cmd import TaskiqCMD
+
+from taskiq_fanin.cli.commands import COMMANDS, open_target
+from taskiq_fanin.cli.parser import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    UsageError,
+    build_parser,
+)
+from taskiq_fanin.model.errors import FanInError
+
+
+async def _run(args: argparse.Namespace) -> int:
+    fanin, owner = open_target(args)
+    try:
+        try:
+            await owner.startup()
+        except ValueError as exc:  # a malformed Redis URL
+            raise UsageError(str(exc)) from None
+        return await COMMANDS[args.command](fanin, args)
+    finally:
+        await owner.shutdown()
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "taskiq-fanin") -> int:
+    """Run one command line and return its exit code (listed by ``--help``)."""
+    try:
+        args = build_parser(prog).parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    # The tables say what the sweep found; its warnings would say it twice.
+    logging.basicConfig(
+        level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return asyncio.run(_run(args))
+    except (UsageError, FanInError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RedisError as exc:
+        print(f"{prog}: Redis: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except OSError as exc:  # the user's broker, when it is not on Redis
+        print(f"{prog}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+class FanInCMD(TaskiqCMD):
+    """``taskiq fanin ...``: taskiq's CLI finds it in the ``taskiq_cli`` group."""
+
+    short_help = "Status, listing and sweep of taskiq-fanin groups"
+
+    def exec(self, args: Sequence[str]) -> int:
+        """Run the command line that follows ``taskiq fanin``."""
+        return main(args, prog="taskiq fanin")

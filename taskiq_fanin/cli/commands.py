@@ -1,0 +1,110 @@
+"""The commands: how each reads (or sweeps) and what it prints and returns."""
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from taskiq import AsyncBroker
+
+from taskiq_fanin.api.broker import find_fanin
+from taskiq_fanin.api.control import group_status, list_groups
+from taskiq_fanin.api.sweeping import sweep
+from taskiq_fanin.cli.output import (
+    list_table,
+    print_json,
+    print_table,
+    status_doc,
+    status_table,
+    sweep_summary,
+    sweep_table,
+)
+from taskiq_fanin.cli.parser import EXIT_MISSING, EXIT_OK, EXIT_STUCK, UsageError
+from taskiq_fanin.model.config import DEFAULT_PREFIX
+from taskiq_fanin.model.results import GroupState, SweepPolicy
+from taskiq_fanin.worker.middleware import FanInMiddleware
+
+#: One command: reads (or sweeps) through the middleware, returns the exit code.
+Command = Callable[[FanInMiddleware, argparse.Namespace], Awaitable[int]]
+#: What is started and stopped around a command: a broker, or a lone middleware.
+Startable = AsyncBroker | FanInMiddleware
+#: Sweep modes that override each group's own policy (they are named after it).
+OVERRIDES = {SweepPolicy.REDRIVE.value, SweepPolicy.GIVE_UP.value}
+
+
+def _import_broker(spec: str) -> AsyncBroker:
+    """Import ``module.path:variable`` from the current directory, as taskiq does."""
+    module_name, _, variable = spec.partition(":")
+    if not module_name or not variable:
+        raise UsageError(f"--broker {spec!r}: expected module.path:variable")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--broker {spec!r}: {exc}") from None
+    broker = getattr(module, variable, None)
+    if not isinstance(broker, AsyncBroker):
+        kind = type(broker).__name__
+        raise UsageError(f"--broker {spec!r} is a {kind}, not a taskiq broker")
+    return broker
+
+
+def open_target(args: argparse.Namespace) -> tuple[FanInMiddleware, Startable]:
+    """The FanInMiddleware to use, and the broker (or itself) to start and stop."""
+    if args.broker:
+        if args.redis_url or args.prefix:
+            raise UsageError("--broker brings its own Redis and prefix: drop the rest")
+        broker = _import_broker(args.broker)
+        return find_fanin(broker), broker
+    if args.command == "sweep" and args.mode != "dry_run":
+        flag = "--" + args.mode.replace("_", "-")
+        raise UsageError(f"sweep {flag} kicks tasks: it needs --broker MODULE:VARIABLE")
+    url = args.redis_url or os.environ.get("REDIS_URL")
+    if not url:
+        raise UsageError("no Redis: pass --redis-url or set REDIS_URL")
+    fanin = FanInMiddleware(url, prefix=args.prefix or DEFAULT_PREFIX)
+    return fanin, fanin
+
+
+async def _status(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
+    status = await group_status(fanin, args.group_id)
+    now = datetime.now(timezone.utc)
+    if args.json:
+        print_json(status_doc(status, now))
+    else:
+        print_table(status_table(status, now))
+    return EXIT_MISSING if status.state is GroupState.MISSING else EXIT_OK
+
+
+async def _list(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
+    statuses = await list_groups(fanin, stuck=args.stuck, limit=args.limit)
+    now = datetime.now(timezone.utc)
+    which = "stuck" if args.stuck else "open"
+    if args.json:
+        print_json([status_doc(status, now) for status in statuses])
+    elif statuses:
+        title = f"{which.capitalize()} groups under {fanin.config.prefix!r}"
+        print_table(list_table(statuses, now, title))
+    else:
+        print(f"No {which} groups under {fanin.config.prefix!r}.")
+    return EXIT_OK
+
+
+async def _sweep(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
+    dry_run = args.mode == "dry_run"
+    policy = SweepPolicy(args.mode) if args.mode in OVERRIDES else None
+    report = await sweep(fanin, policy=policy, dry_run=dry_run, batch=args.batch)
+    if args.json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        if report.findings:
+            print_table(sweep_table(report.findings, dry_run))
+        print(sweep_summary(report, fanin.config.prefix))
+    return EXIT_STUCK if args.fail_on_stuck and report.stuck else EXIT_OK
+
+
+COMMANDS: dict[str, Command] = {"status": _status, "list": _list, "sweep": _sweep}

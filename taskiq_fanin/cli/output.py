@@ -1,0 +1,162 @@
+"""What the commands print: rich tables for people, one JSON document for tools."""
+
+import json
+import sys
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from taskiq_fanin.model.results import GroupStatus
+from taskiq_fanin.store.keys import sweep_lock_key
+from taskiq_fanin.sweep.report import Finding, SweepReport
+
+#: Runs of missing members (``0-29``) a table shows; ``--json`` has them all.
+SHOWN_RUNS = 6
+
+
+def print_json(document: object) -> None:
+    """Print one JSON document."""
+    print(json.dumps(document, indent=2))
+
+
+def print_table(table: Table) -> None:
+    """Print a table; piped, one line per row however wide."""
+    console = Console()
+    if not console.is_terminal:  # a pipe, a file, cron's mail: one line per row
+        unbounded = console.options.update_width(sys.maxsize)
+        width = console.measure(table, options=unbounded).maximum
+        console.width = max(console.width, width)
+    console.print(table)
+
+
+def status_doc(status: GroupStatus, now: datetime) -> dict[str, Any]:
+    """The model as JSON, with its age and lateness at one ``now``."""
+    return {
+        **status.model_dump(mode="json"),
+        "age_seconds": status.age_seconds(now),
+        "overdue": status.overdue(now),
+    }
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _time(moment: datetime | None) -> str:
+    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _overdue_by(status: GroupStatus, now: datetime) -> str:
+    if status.deadline is None or not status.overdue(now):
+        return ""
+    return _duration((now - status.deadline).total_seconds())
+
+
+def _members(indexes: list[int]) -> str:
+    """Member indexes as runs (``0-29, 31``), the first few of them."""
+    runs: list[list[int]] = []
+    for index in indexes:
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    shown = [f"{a}-{b}" if b > a else str(a) for a, b in runs[:SHOWN_RUNS]]
+    more = sum(b - a + 1 for a, b in runs[SHOWN_RUNS:])
+    return ", ".join(shown) + (f" (+{more} more)" if more else "")
+
+
+def status_table(status: GroupStatus, now: datetime) -> Table:
+    """One group, a row per field."""
+    table = Table(title=f"Group {status.group_id}", show_header=False, box=box.SIMPLE)
+    table.add_column(style="bold")
+    table.add_column()
+    overdue = _overdue_by(status, now)
+    policies = [p.value for p in (status.failure_policy, status.sweep_policy) if p]
+    for name, value in (
+        ("state", status.state.value + (f" (overdue {overdue})" if overdue else "")),
+        ("total", status.total),
+        ("done", status.done),
+        ("failed", status.failed),
+        ("lost", status.lost),
+        ("pending", status.pending),
+        ("planned", "yes" if status.planned else "no"),
+        ("redrives", status.redrives),
+        ("created", _time(status.created)),
+        ("deadline", _time(status.deadline)),
+        ("age", _duration(status.age_seconds(now))),
+        ("policies (failure, sweep)", ", ".join(policies) or "-"),
+    ):
+        table.add_row(name, str(value))
+    return table
+
+
+def list_table(statuses: list[GroupStatus], now: datetime, title: str) -> Table:
+    """Groups, a row each."""
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table.add_column("group", no_wrap=True)  # whole, to be copied
+    table.add_column("state")
+    for header in ("done/failed/total", "pending", "age", "overdue"):
+        table.add_column(header, justify="right")
+    for status in statuses:
+        table.add_row(
+            status.group_id,
+            status.state.value,
+            f"{status.done}/{status.failed}/{status.total}",
+            str(status.pending),
+            _duration(status.age_seconds(now)),
+            _overdue_by(status, now),
+        )
+    return table
+
+
+def sweep_table(findings: list[Finding], dry_run: bool) -> Table:
+    """A sweep's findings, a row each, with what was (or would be) done."""
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("group", no_wrap=True)
+    for header in ("kind", "action", "done/failed/total", "missing members"):
+        table.add_column(header)
+    for header in ("age", "overdue"):
+        table.add_column(header, justify="right")
+    table.add_column("note")
+    for finding in findings:
+        action = finding.action.value
+        if dry_run:
+            action = f"would {action}"
+        elif not finding.applied:
+            action = f"{action} (not applied)"
+        table.add_row(
+            finding.group_id,
+            finding.kind.value,
+            action,
+            f"{finding.done}/{finding.failed}/{finding.total}",
+            _members(finding.missing),
+            _duration(finding.age_seconds),
+            _duration(finding.overdue_seconds),
+            finding.note,
+        )
+    return table
+
+
+def sweep_summary(report: SweepReport, prefix: str) -> str:
+    """One line: what the sweep examined and found."""
+    if report.skipped:
+        lock = sweep_lock_key(prefix)
+        return f"Another sweep holds the lock ({lock}): nothing was done."
+
+    def count(number: int, noun: str) -> str:
+        return f"{number} {noun}{'' if number == 1 else 's'}"
+
+    summary = (
+        f"Examined {count(report.examined, 'due group')}: "
+        f"{count(len(report.findings), 'finding')}, {len(report.stuck)} stuck."
+    )
+    return f"Dry run, nothing written. {summary}" if report.dry_run else summary

@@ -1,0 +1,127 @@
+"""What every engine works with, built once when the broker starts.
+
+The middleware creates one :class:`FanInContext` in ``startup`` and hands it to
+the engine that owns each event; the public verbs find it through the broker.
+Engines receive it as their first argument and never look anything up
+elsewhere.
+"""
+
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from taskiq import AsyncBroker, TaskiqMessage
+
+from taskiq_fanin.model.config import FanInConfig
+from taskiq_fanin.model.errors import MiddlewareNotFoundError
+from taskiq_fanin.model.labels import MemberRef
+from taskiq_fanin.model.spec import ChainSpec
+from taskiq_fanin.store.chain_scripts import ChainScripts
+from taskiq_fanin.store.group_scripts import GroupScripts
+from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
+from taskiq_fanin.store.pipeline import PipelineBatcher
+from taskiq_fanin.store.queue_kicks import kicking_broker
+from taskiq_fanin.store.scripts import RedisClient
+
+#: Who claims a finaliser's lease, for inspection.
+CLAIMANT = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class StartChain(Protocol):
+    """Starts a chain that is a member of a group (the chain engine does).
+
+    The group engine kicks its members; one that is a chain goes through this,
+    plugged in by the middleware, so that the group engine needs no chains.
+    """
+
+    def __call__(
+        self,
+        ctx: "FanInContext",
+        spec: ChainSpec,
+        *,
+        chain_id: str,
+        member: MemberRef,
+        depth: int,
+    ) -> Awaitable[object]:
+        """Write the chain's record and kick its first step."""
+
+
+@dataclass(frozen=True)
+class FanInContext:
+    """Config, Redis client, typed scripts and the kicker of one started broker."""
+
+    config: FanInConfig
+    redis: RedisClient
+    scripts: GroupScripts
+    chain_scripts: ChainScripts
+    start_chain: StartChain
+    #: The user's broker; ``None`` for a middleware on its own (the CLI's), which
+    #: reads and sweeps but kicks nothing.
+    on_broker: AsyncBroker | None
+    #: What the library's kicks go through: the broker, pipelined where it can be.
+    pipelined: AsyncBroker | None
+    #: Epoch seconds, as the scripts are given it (scripts never read a clock).
+    clock: Callable[[], float] = field(default=time.time)
+
+    @classmethod
+    def create(
+        cls,
+        config: FanInConfig,
+        broker: AsyncBroker | None,
+        redis: RedisClient,
+        *,
+        start_chain: StartChain,
+        batching: OutcomeBatching | None = None,
+    ) -> "FanInContext":
+        """Register the scripts on ``redis`` and wire one pipeline through them."""
+        pipeline = PipelineBatcher(redis)
+        return cls(
+            config=config,
+            redis=redis,
+            scripts=GroupScripts(
+                redis, pipeline, prefix=config.prefix, batching=batching
+            ),
+            chain_scripts=ChainScripts(redis),
+            start_chain=start_chain,
+            on_broker=broker,
+            pipelined=kicking_broker(broker) if broker is not None else None,
+        )
+
+    @property
+    def broker(self) -> AsyncBroker:
+        """The user's broker: where tasks are looked up."""
+        if self.on_broker is None:
+            raise MiddlewareNotFoundError(
+                reason="this FanInMiddleware is on no broker: it can read and sweep "
+                "(dry run), not kick; add it with broker.with_middlewares(...)"
+            )
+        return self.on_broker
+
+    @property
+    def kicker(self) -> AsyncBroker:
+        """What the library's kicks go through: the broker, pipelined if it can be."""
+        return self.pipelined if self.pipelined is not None else self.broker
+
+    @property
+    def outcomes(self) -> OutcomeBatcher:
+        """Records member outcomes; told which members run in this worker."""
+        return self.scripts.outcomes
+
+    def now_ms(self) -> int:
+        """The clock every script is given, in epoch milliseconds."""
+        return int(self.clock() * 1000)
+
+    def knows_task(self, task_name: str) -> bool:
+        """Whether the broker has a task of this name."""
+        return self.broker.find_task(task_name) is not None
+
+
+#: The message whose task body runs now, and the context that saw it start:
+#: a ``@group_task`` body plans its group through it.
+current_run: ContextVar[tuple[FanInContext, TaskiqMessage] | None] = ContextVar(
+    "taskiq_fanin_current_run", default=None
+)

@@ -1,0 +1,75 @@
+"""The continuation's run guard and completion, and cancelling a group.
+
+One copy of a continuation runs at a time and none after it completed
+(invariant 3); once it has run, the group shrinks to a tombstone.
+"""
+
+import asyncio
+
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups import index
+from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.labels import ContinuationRef, MemberRef
+from taskiq_fanin.model.results import GroupState
+from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.replies import Begin
+from taskiq_fanin.store.scripts import text
+
+
+async def may_run(ctx: FanInContext, ref: ContinuationRef, *, attempt: int) -> bool:
+    """Whether this delivery of a continuation may run its body.
+
+    ``attempt`` counts the retry middleware's attempts: a later one takes over.
+    """
+    keys = GroupKeys(ctx.config.prefix, ref.group_id)
+    begun = await ctx.scripts.begin_continuation(
+        keys, token=ref.token, now_ms=ctx.now_ms(), attempt=attempt
+    )
+    return begun is Begin.RUN
+
+
+async def complete(ctx: FanInContext, ref: ContinuationRef) -> None:
+    """The continuation ran to its end: shrink the group to its tombstone."""
+    keys = GroupKeys(ctx.config.prefix, ref.group_id)
+    # One pipeline, in this order: should the script fail, the group's keys
+    # still expire with their TTL, and nothing is left to sweep.
+    await asyncio.gather(
+        ctx.scripts.mark_completed(
+            keys,
+            token=ref.token,
+            now_ms=ctx.now_ms(),
+            tombstone_ms=ms(ctx.config.tombstone_ttl),
+        ),
+        index.remove(ctx, ref.group_id),
+    )
+
+
+async def release(ctx: FanInContext, ref: ContinuationRef, *, attempt: int) -> None:
+    """An attempt of the continuation ended without completing it: let a retry run."""
+    keys = GroupKeys(ctx.config.prefix, ref.group_id)
+    await ctx.scripts.release_continuation(keys, token=ref.token, attempt=attempt)
+
+
+async def complete_unrun(ctx: FanInContext, group_id: str) -> None:
+    """Complete a group whose continuation will not run (its chain was cancelled)."""
+    keys = GroupKeys(ctx.config.prefix, group_id)
+    token = await ctx.redis.hget(keys.meta, "token")
+    if token is not None:
+        ref = ContinuationRef(group_id=group_id, token=text(token), kind="then")
+        await complete(ctx, ref)
+
+
+async def cancel_group(ctx: FanInContext, group_id: str) -> bool:
+    """Cancel an open group: no continuation runs. False if it is not open."""
+    keys = GroupKeys(ctx.config.prefix, group_id)
+    cancelled = await ctx.scripts.cancel_group(keys, now_ms=ctx.now_ms())
+    if cancelled:
+        await index.remove(ctx, group_id)
+    return cancelled
+
+
+async def is_cancelled(ctx: FanInContext, ref: MemberRef) -> bool:
+    """True when the member's group has been cancelled (and is still this one)."""
+    keys = GroupKeys(ctx.config.prefix, ref.group_id)
+    token, state = await ctx.redis.hmget(keys.meta, ["token", "state"])
+    return text(token) == ref.token and text(state) == GroupState.CANCELLED.value

@@ -1,0 +1,145 @@
+"""Enqueueing a completed group's continuation, exactly once (invariants 3, 4).
+
+The member that completes its group finalises it, with the outcomes its claim
+returned; the sweep finalises for a claimant that died.
+"""
+
+import asyncio
+import logging
+
+from taskiq_fanin import metrics
+from taskiq_fanin.context import CLAIMANT, FanInContext
+from taskiq_fanin.groups import index
+from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.labels import ContinuationRef
+from taskiq_fanin.model.results import FailurePolicy, GroupResult, MemberError
+from taskiq_fanin.model.signature import Signature
+from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.replies import CollectedOutcomes
+
+logger = logging.getLogger("taskiq_fanin")
+
+
+def build_result(group_id: str, collected: CollectedOutcomes) -> GroupResult:
+    """The ``GroupResult`` a continuation receives."""
+    return GroupResult(
+        group_id=group_id,
+        total=collected.total,
+        succeeded=collected.done,
+        results=[collected.results.get(index) for index in collected.done],
+        failed={
+            index: MemberError.model_validate(collected.errors[index])
+            if index in collected.errors
+            else MemberError(type="UnknownError", message="")
+            for index in collected.failed
+        },
+        lost=collected.lost,
+    )
+
+
+def choose_continuation(
+    collected: CollectedOutcomes, result: GroupResult
+) -> tuple[str, Signature | None]:
+    """By the failure policy: ('then' | 'on_error' | 'none', signature to kick)."""
+    if (result.failed or result.lost) and collected.policy == FailurePolicy.FAIL.value:
+        kind, encoded = "on_error", collected.on_error
+    else:
+        kind, encoded = "then", collected.then
+    if not encoded:
+        return "none", None
+    return kind, Signature.from_ledger(encoded)
+
+
+async def finalise(
+    ctx: FanInContext,
+    group_id: str,
+    token: str,
+    *,
+    claimant: str = CLAIMANT,
+    collected: CollectedOutcomes | None = None,
+) -> None:
+    """Enqueue the continuation of a claimed group, then release the claim.
+
+    Called by the member that claimed the finaliser lease (with the ``collected``
+    outcomes its claim returned), and by the sweep when a lease ran out before
+    the dispatch was recorded (or a continuation is overdue); the deterministic
+    task id and ``beginContinuation`` keep a second dispatch from running twice.
+    """
+    keys = GroupKeys(ctx.config.prefix, group_id)
+    if collected is None:
+        collected = await ctx.scripts.collect_outcomes(keys, token=token)
+        if collected is None:
+            logger.warning("Group %s vanished before it could be finalised", group_id)
+            return
+    result = build_result(group_id, collected)
+    kind, continuation = choose_continuation(collected, result)
+    # The rescore is only a hint for the sweep: it goes beside the kick.
+    await asyncio.gather(
+        _rescore_to_lease_end(ctx, group_id),
+        _kick_continuation(
+            ctx,
+            ContinuationRef(group_id=group_id, token=token, kind=kind),
+            continuation,
+            result,
+        ),
+    )
+    dispatched = await ctx.scripts.mark_dispatched(
+        keys,
+        token=token,
+        now_ms=ctx.now_ms(),
+        dispatched=kind,
+        tombstone_ms=ms(ctx.config.tombstone_ttl),
+        claimant=claimant,
+    )
+    if not dispatched:
+        return  # a re-dispatch of an overdue continuation: already counted
+    metrics.GROUPS_FINALISED.labels(continuation=kind).inc()
+    if continuation is None:
+        await index.remove(ctx, group_id)
+    # Otherwise the index entry stays at the lease's end: the sweep then finds
+    # the group dispatched and looks again at the continuation's deadline.
+    logger.info(
+        "Group %s finalised: %d done, %d failed, %d lost, continuation %s",
+        group_id,
+        result.done_count,
+        result.failed_count,
+        len(result.lost),
+        kind,
+        extra={
+            "fanin_event": "finalised",
+            "group_id": group_id,
+            "done": result.done_count,
+            "failed": result.failed_count,
+            "lost": len(result.lost),
+            "continuation": kind,
+        },
+    )
+
+
+async def _rescore_to_lease_end(ctx: FanInContext, group_id: str) -> None:
+    """Have the sweep look again when the finaliser's lease runs out.
+
+    Should this worker die before the dispatch is recorded, the sweep then finds
+    the group sooner than at its deadline. Only a hint: its failure stops
+    nothing, and it never puts back an entry already removed.
+    """
+    try:
+        await index.rescore(ctx, group_id, ctx.now_ms() + ms(ctx.config.lease))
+    except Exception:  # noqa: BLE001 - a hint: the sweep finds the group anyway
+        logger.warning("Group %s: rescoring its index entry failed", group_id)
+
+
+async def _kick_continuation(
+    ctx: FanInContext,
+    ref: ContinuationRef,
+    continuation: Signature | None,
+    result: GroupResult,
+) -> None:
+    if continuation is None:
+        return
+    await (
+        continuation.with_labels(**ref.label())
+        .kicker(ctx.kicker)
+        .with_task_id(ref.task_id)
+        .kiq(result, *continuation.args, **continuation.kwargs)
+    )

@@ -1,0 +1,80 @@
+"""Reading groups back: the status of one, and the listing of open and stuck ones."""
+
+from datetime import datetime, timezone
+
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.model.config import positive
+from taskiq_fanin.model.results import (
+    FailurePolicy,
+    GroupState,
+    GroupStatus,
+    SweepPolicy,
+    from_millis,
+)
+from taskiq_fanin.store.keys import (
+    LONGEST_DERIVED_ID,
+    GroupKeys,
+    index_key,
+    validate_group_id,
+)
+from taskiq_fanin.store.scripts import text
+
+#: The most groups one listing reads.
+DEFAULT_LIST_LIMIT = 1000
+
+
+def status_from_meta(group_id: str, meta: dict[str, str]) -> GroupStatus:
+    """A ``GroupStatus`` from a group's meta hash (empty: the group is missing)."""
+    if not meta:
+        return GroupStatus(group_id=group_id, state=GroupState.MISSING)
+    return GroupStatus(
+        group_id=group_id,
+        state=GroupState(meta["state"]),
+        total=int(meta["total"]),
+        done=int(meta["done_count"]),
+        failed=int(meta["failed_count"]),
+        lost=int(meta.get("lost_count", 0)),
+        failure_policy=FailurePolicy(meta["policy"]),
+        sweep_policy=SweepPolicy(meta["sweep"]),
+        created=from_millis(int(meta["created"])),
+        deadline=from_millis(int(meta["deadline"])),
+        planned=meta.get("planned") == "1",
+        redrives=int(meta.get("redrives", 0)),
+    )
+
+
+async def status(ctx: FanInContext, group_id: str) -> GroupStatus:
+    """Counts, state and times of a group, read from its own keys."""
+    validate_group_id(group_id, longest=LONGEST_DERIVED_ID)
+    raw = await ctx.redis.hgetall(GroupKeys(ctx.config.prefix, group_id).meta)
+    return status_from_meta(group_id, {text(k): text(v) for k, v in raw.items()})
+
+
+async def list_groups(
+    ctx: FanInContext,
+    *,
+    stuck: bool = False,
+    limit: int = DEFAULT_LIST_LIMIT,
+    now: datetime | None = None,
+) -> list[GroupStatus]:
+    """Groups in the index that still exist, soonest due first.
+
+    With ``stuck``, only those still open past their deadline.
+    """
+    positive("limit", limit)
+    raw_ids = await ctx.redis.zrange(index_key(ctx.config.prefix), 0, limit - 1)
+    group_ids = [text(raw) for raw in raw_ids]
+    async with ctx.redis.pipeline(transaction=False) as pipe:
+        for group_id in group_ids:
+            pipe.hgetall(GroupKeys(ctx.config.prefix, group_id).meta)
+        metas = await pipe.execute()
+    now = now or datetime.now(timezone.utc)
+    statuses = [
+        status_from_meta(group_id, {text(k): text(v) for k, v in meta.items()})
+        for group_id, meta in zip(group_ids, metas, strict=True)
+    ]
+    return [
+        status
+        for status in statuses
+        if status.state is not GroupState.MISSING and (not stuck or status.overdue(now))
+    ]

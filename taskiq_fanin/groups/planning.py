@@ -1,0 +1,171 @@
+"""Planning a validated group: write its ledger, then dispatch every member.
+
+Nothing is dispatched until the ledger is durable (invariant 1). Planning a
+group id again dispatches nothing, unless its first planner died mid-way: then
+the members without an outcome are kicked again (kicking one twice is safe).
+"""
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import RedisCluster
+
+from taskiq_fanin import metrics
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups import index
+from taskiq_fanin.groups.validation import GroupPlan
+from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.labels import CANCELLABLE_LABEL, DEPTH_LABEL, MemberRef
+from taskiq_fanin.model.options import GroupOptions
+from taskiq_fanin.model.signature import Signature
+from taskiq_fanin.model.spec import ChainSpec, member_from_ledger
+from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.replies import Created
+
+
+def _ledger_entry(value: Signature | None) -> str:
+    return value.to_ledger() if value is not None else ""
+
+
+#: Where each option of a group is kept in its meta, and how it is written. Every
+#: option has an entry (a test checks): none can be dropped on the way.
+META_FIELDS: dict[str, tuple[str, Callable[[Any], str | int]]] = {
+    "then": ("then", _ledger_entry),
+    "on_error": ("on_error", _ledger_entry),
+    "failure_policy": ("policy", lambda policy: policy.value),
+    "sweep_policy": ("sweep", lambda policy: policy.value),
+    "ttl": ("ttl", ms),
+    "deadline": ("span", ms),
+    "cancellable": ("cancellable", int),
+}
+
+
+def meta_options(options: GroupOptions) -> dict[str, str | int]:
+    """A group's resolved options as its meta keeps them."""
+    return {
+        field: write(getattr(options, name))
+        for name, (field, write) in META_FIELDS.items()
+    }
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What planning did."""
+
+    group_id: str
+    #: False when a group with this id already existed and nothing was dispatched.
+    created: bool
+
+
+async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
+    """Write the group's meta and ledger, then dispatch every member."""
+    keys = GroupKeys(ctx.config.prefix, plan.group_id)
+    now_ms = ctx.now_ms()
+    deadline_ms = now_ms + ms(plan.options.deadline)
+
+    def create() -> Awaitable[tuple[Created, str]]:
+        return ctx.scripts.create_group(
+            keys,
+            token=secrets.token_hex(8),
+            now_ms=now_ms,
+            deadline_ms=deadline_ms,
+            expires_ms=now_ms + ms(plan.options.ttl),
+            options={**meta_options(plan.options), "depth": plan.depth},
+            members=plan.ledger,
+            planner_lease_ms=ms(ctx.config.lease),
+        )
+
+    # The index may be stale (the sweep prunes it), but it must never miss a
+    # group whose ledger exists: it is written first. On one server both go in
+    # one pipeline, which Redis runs in order; a cluster may run them on two
+    # nodes in any order, so there the index is written before the ledger.
+    if isinstance(ctx.redis, RedisCluster):
+        await index.add(ctx, plan.group_id, deadline_ms)
+        created, token = await create()
+    else:
+        indexed, made = await asyncio.gather(
+            index.add(ctx, plan.group_id, deadline_ms), create(), return_exceptions=True
+        )
+        if isinstance(indexed, BaseException):
+            # Refused, while the ledger may be written: once more, alone (it
+            # raises if refused again), so that no ledger stays out of the index.
+            await index.add(ctx, plan.group_id, deadline_ms)
+        if isinstance(made, BaseException):
+            raise made
+        created, token = made
+    if created is Created.EXISTS:
+        return Planned(group_id=plan.group_id, created=False)
+    if created is Created.EXISTS_UNPLANNED:
+        # An earlier planner died mid-dispatch: finish its work from the ledger.
+        members = await _undispatched(ctx, keys)
+    else:
+        members = dict(enumerate(plan.members))
+    await dispatch_members(
+        ctx,
+        plan.group_id,
+        token,
+        members,
+        depth=plan.depth,
+        cancellable=plan.options.cancellable,
+    )
+    await ctx.scripts.mark_planned(keys, token=token)
+    metrics.GROUPS_PLANNED.inc()
+    return Planned(group_id=plan.group_id, created=created is Created.CREATED)
+
+
+async def _undispatched(
+    ctx: FanInContext, keys: GroupKeys
+) -> dict[int, Signature | ChainSpec]:
+    """Members in the ledger that have no outcome yet."""
+    inspected = await ctx.scripts.inspect_group(keys)
+    if inspected is None or not inspected.missing:
+        return {}
+    entries = await ctx.redis.hmget(keys.plan, [str(i) for i in inspected.missing])
+    return {
+        index: member_from_ledger(entry)
+        for index, entry in zip(inspected.missing, entries, strict=True)
+        if entry is not None
+    }
+
+
+async def dispatch_members(
+    ctx: FanInContext,
+    group_id: str,
+    token: str,
+    members: dict[int, Signature | ChainSpec],
+    *,
+    depth: int,
+    cancellable: bool = False,
+    attempt: int = 0,
+) -> None:
+    """Kick members with their group label and deterministic task ids.
+
+    Kicking a member twice is harmless: its outcome is recorded once. A member
+    that is a chain starts under the id ``<group>.<index>`` (``.r<attempt>`` added
+    when the sweep re-drives it: a re-driven chain starts over).
+    """
+    limit = asyncio.Semaphore(ctx.config.dispatch_concurrency)
+    labels = {DEPTH_LABEL: str(depth)}
+    if cancellable:
+        labels[CANCELLABLE_LABEL] = "1"
+
+    async def kick(index: int, member: Signature | ChainSpec) -> None:
+        ref = MemberRef(group_id=group_id, index=index, token=token)
+        async with limit:
+            if isinstance(member, ChainSpec):
+                chain_id = ref.task_id + (f".r{attempt}" if attempt else "")
+                await ctx.start_chain(
+                    ctx, member, chain_id=chain_id, member=ref, depth=depth + 1
+                )
+                return
+            await (
+                member.with_labels(**ref.label(), **labels)
+                .kicker(ctx.kicker)
+                .with_task_id(ref.task_id)
+                .kiq(*member.args, **member.kwargs)
+            )
+
+    await asyncio.gather(*(kick(index, member) for index, member in members.items()))

@@ -1,0 +1,100 @@
+"""Recording a member's terminal outcome, in one script call (invariants 2, 5).
+
+The member whose outcome completes its group finalises it.
+"""
+
+import logging
+import time
+from typing import Any
+
+from pydantic_core import to_json
+from taskiq import TaskiqResult
+
+from taskiq_fanin import metrics
+from taskiq_fanin.context import CLAIMANT, FanInContext
+from taskiq_fanin.groups.finalising import finalise
+from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.labels import MemberRef
+from taskiq_fanin.model.results import MemberError
+from taskiq_fanin.store.keys import group_keys
+from taskiq_fanin.store.replies import Outcome, Recorded
+
+logger = logging.getLogger("taskiq_fanin")
+
+#: Codes that say the member's message is not (or no longer) of a group here.
+_NOT_OURS = (Recorded.NO_GROUP, Recorded.TOKEN_MISMATCH, Recorded.NOT_MEMBER)
+
+
+def result_payload(value: Any, limit: int, ref: MemberRef) -> str:
+    """A member's result as JSON for the results hash; '' keeps nothing.
+
+    ``None`` is not stored at all (it is what a missing entry reads as), and a result
+    that is too large or not JSON is dropped with a warning: the member still counts.
+    """
+    if value is None:
+        return ""
+    try:
+        payload = to_json(value).decode()
+    except Exception as exc:  # noqa: BLE001 - any serializer failure means "drop"
+        logger.warning(
+            "Group %s member %s: result not kept (%s)", ref.group_id, ref.index, exc
+        )
+        return ""
+    if len(payload) > limit:
+        logger.warning(
+            "Group %s member %s: result of %d bytes not kept (limit %d)",
+            ref.group_id,
+            ref.index,
+            len(payload),
+            limit,
+        )
+        return ""
+    return payload
+
+
+def error_payload(error: BaseException | None, limit: int) -> str:
+    """A failed member's error as a small JSON summary."""
+    summary = MemberError(
+        type=type(error).__name__ if error is not None else "UnknownError",
+        message=str(error)[:limit] if error is not None else "",
+    )
+    return summary.model_dump_json()
+
+
+async def record_member(
+    ctx: FanInContext, ref: MemberRef, result: TaskiqResult[Any]
+) -> Recorded:
+    """Record a member's terminal outcome; finalise the group if it completed it."""
+    config = ctx.config
+    if result.is_err:
+        outcome = Outcome.FAILED
+        payload = error_payload(result.error, config.max_result_bytes)
+    else:
+        outcome = Outcome.DONE
+        payload = result_payload(result.return_value, config.max_result_bytes, ref)
+    recorded, collected = await ctx.scripts.record_outcome(
+        group_keys(config.prefix, ref.group_id),
+        token=ref.token,
+        index=ref.index,
+        outcome=outcome,
+        payload=payload,
+        now_ms=ctx.now_ms(),
+        lease_ms=ms(config.lease),
+        claimant=CLAIMANT,
+    )
+    if recorded in _NOT_OURS:
+        logger.warning("Group %s member %s: %s", ref.group_id, ref.index, recorded.name)
+    elif recorded is Recorded.CONFLICT:
+        logger.warning(
+            "Group %s member %s: already recorded with the other outcome; %s ignored",
+            ref.group_id,
+            ref.index,
+            outcome.value,
+        )
+    if recorded in (Recorded.RECORDED, Recorded.CLAIMED):
+        metrics.member_recorded(outcome.value)
+    if recorded is Recorded.CLAIMED:
+        claimed = time.monotonic()
+        await finalise(ctx, ref.group_id, ref.token, collected=collected)
+        metrics.DISPATCH_LATENCY.observe(time.monotonic() - claimed)
+    return recorded

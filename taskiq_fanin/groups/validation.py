@@ -1,0 +1,126 @@
+"""Checks before anything is written: one validation of groups and chains.
+
+A group planned directly, returned by a ``@group_task`` body, or run as a
+chain's step is checked by :func:`validate_group`, and every chain (on its own,
+as a group's member) by :func:`validate_chain`. Nothing is written until all of
+it has passed (invariant 8).
+"""
+
+import uuid
+from dataclasses import dataclass
+
+from pydantic_core import PydanticSerializationError
+
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.model.errors import (
+    EmptyGroupError,
+    GroupTooWideError,
+    InvalidGroupError,
+    MemberNotSerializableError,
+    NestingTooDeepError,
+    UnknownTaskError,
+)
+from taskiq_fanin.model.options import ResolvedGroupOptions
+from taskiq_fanin.model.signature import Signature
+from taskiq_fanin.model.spec import ChainSpec, GroupSpec, member_to_ledger
+from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, LONGEST_ID, validate_group_id
+
+#: What cannot be serialized raises one of these.
+_NOT_SERIALIZABLE = (PydanticSerializationError, TypeError, ValueError)
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A group that passed every check, ready to write."""
+
+    group_id: str
+    members: tuple[Signature | ChainSpec, ...]
+    #: Each member as the ledger keeps it.
+    ledger: tuple[str, ...]
+    #: Every option resolved (the middleware's defaults filled in).
+    options: ResolvedGroupOptions
+    #: How deep the group sits in groups and chains (1: at the top).
+    depth: int
+
+
+def validate_group(ctx: FanInContext, spec: GroupSpec, *, depth: int = 1) -> GroupPlan:
+    """Check a group and serialize its ledger, raising before anything is written."""
+    _check_group(ctx, spec, depth=depth)
+    ledger = tuple(
+        _serialized(index, member) for index, member in enumerate(spec.members)
+    )
+    options = spec.options.with_defaults(ctx.config)
+    for name, continuation in (("then", options.then), ("on_error", options.on_error)):
+        if continuation is not None:
+            _serialized(name, continuation)
+    longest = LONGEST_ID if depth == 1 else LONGEST_DERIVED_ID
+    return GroupPlan(
+        group_id=validate_group_id(spec.group_id, longest=longest)
+        if spec.group_id is not None
+        else uuid.uuid4().hex,
+        members=spec.members,
+        ledger=ledger,
+        options=options,
+        depth=depth,
+    )
+
+
+def validate_chain(ctx: FanInContext, spec: ChainSpec, *, depth: int) -> None:
+    """Check a chain before anything is written: steps, tasks, nesting depth."""
+    if depth > ctx.config.max_depth:
+        raise NestingTooDeepError(depth=depth, maximum=ctx.config.max_depth)
+    if not spec.steps:
+        raise InvalidGroupError(reason="a chain needs at least one step")
+    for index, step in enumerate(spec.steps):
+        if isinstance(step, GroupSpec):
+            set_here = (step.options.then, step.options.on_error, step.group_id)
+            if any(value is not None for value in set_here):
+                raise InvalidGroupError(
+                    reason=f"step {index}, a group inside a chain, takes no then, "
+                    "on_error or group_id: the next step is its continuation"
+                )
+            _check_group(ctx, step, depth=depth + 1)
+        else:
+            _known(ctx, step)
+    if spec.on_error is not None:
+        _known(ctx, spec.on_error)
+    try:  # the plan travels as JSON: every argument must serialize, now
+        spec.model_dump_json()
+    except _NOT_SERIALIZABLE as exc:
+        raise MemberNotSerializableError(
+            index=-1, task_name="chain step", reason=str(exc)
+        ) from None
+
+
+def _check_group(ctx: FanInContext, spec: GroupSpec, *, depth: int) -> None:
+    config = ctx.config
+    if depth > config.max_depth:
+        raise NestingTooDeepError(depth=depth, maximum=config.max_depth)
+    if not spec.members:
+        raise EmptyGroupError
+    if len(spec.members) > config.max_group_size:
+        raise GroupTooWideError(size=len(spec.members), maximum=config.max_group_size)
+    for member in spec.members:
+        if isinstance(member, ChainSpec):
+            validate_chain(ctx, member, depth=depth + 1)
+        else:
+            _known(ctx, member)
+    for continuation in (spec.options.then, spec.options.on_error):
+        if continuation is not None:
+            _known(ctx, continuation)
+
+
+def _known(ctx: FanInContext, sig: Signature) -> None:
+    for needed in (sig, sig.compensation):
+        if needed is not None and not ctx.knows_task(needed.task_name):
+            raise UnknownTaskError(task_name=needed.task_name)
+
+
+def _serialized(index: int | str, member: Signature | ChainSpec) -> str:
+    try:
+        return member_to_ledger(member)
+    except _NOT_SERIALIZABLE as exc:
+        name = member.task_name if isinstance(member, Signature) else "chain"
+        raise MemberNotSerializableError(
+            index=index, task_name=name, reason=str(exc)
+        ) from None

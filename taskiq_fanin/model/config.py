@@ -1,0 +1,98 @@
+"""Options of the middleware and of each group, with their defaults and checks."""
+
+import enum
+from dataclasses import dataclass
+from typing import TypeVar
+
+from taskiq_fanin.model.errors import InvalidOptionError
+from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
+
+E = TypeVar("E", bound=enum.Enum)
+
+#: Every key of a group expires after this long, finished or not.
+DEFAULT_TTL_SECONDS = 7 * 24 * 3600
+#: A group still open this long after planning is stuck (for the sweep).
+DEFAULT_DEADLINE_SECONDS = 3600
+#: How long a finaliser may take to enqueue the continuation before the sweep may.
+DEFAULT_LEASE_SECONDS = 60
+#: How long a completed group's meta stays to absorb late duplicates.
+DEFAULT_TOMBSTONE_SECONDS = 24 * 3600
+#: The widest group one call may plan.
+DEFAULT_MAX_GROUP_SIZE = 100_000
+#: A member result larger than this (as JSON) is not kept; the member still counts.
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024
+#: How many member kicks a planner keeps in flight at once.
+DEFAULT_DISPATCH_CONCURRENCY = 64
+#: How many times the sweep may re-drive one group.
+DEFAULT_MAX_REDRIVES = 3
+#: How deep chains and groups may nest inside each other.
+DEFAULT_MAX_DEPTH = 8
+#: Key prefix; every key of the library starts with it.
+DEFAULT_PREFIX = "fanin"
+
+
+def ms(seconds: float) -> int:
+    """A duration in seconds as the scripts take it: milliseconds."""
+    return int(seconds * 1000)
+
+
+def positive(name: str, value: float) -> float:
+    """Return ``value`` if it is a positive number, else raise a typed error."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise InvalidOptionError(name=name, value=value, reason="must be positive")
+    return value
+
+
+@dataclass(frozen=True)
+class FanInConfig:
+    """Validated middleware options (see ``FanInMiddleware`` for their meaning)."""
+
+    prefix: str = DEFAULT_PREFIX
+    ttl: float = DEFAULT_TTL_SECONDS
+    deadline: float = DEFAULT_DEADLINE_SECONDS
+    lease: float = DEFAULT_LEASE_SECONDS
+    tombstone_ttl: float = DEFAULT_TOMBSTONE_SECONDS
+    max_group_size: int = DEFAULT_MAX_GROUP_SIZE
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY
+    failure_policy: FailurePolicy = FailurePolicy.CONTINUE
+    sweep_policy: SweepPolicy = SweepPolicy.REPORT
+    max_redrives: int = DEFAULT_MAX_REDRIVES
+    max_depth: int = DEFAULT_MAX_DEPTH
+
+    def __post_init__(self) -> None:
+        if not self.prefix or any(c in self.prefix for c in "{} "):
+            raise InvalidOptionError(
+                name="prefix", value=self.prefix, reason="non-empty, no braces/spaces"
+            )
+        for name in ("ttl", "deadline", "lease", "tombstone_ttl"):
+            positive(name, getattr(self, name))
+        for name in (
+            "max_group_size",
+            "max_result_bytes",
+            "dispatch_concurrency",
+            "max_depth",
+        ):
+            positive(name, getattr(self, name))
+        if self.deadline > self.ttl:
+            raise InvalidOptionError(
+                name="deadline", value=self.deadline, reason="must not exceed ttl"
+            )
+        if (
+            isinstance(self.max_redrives, bool)
+            or not isinstance(self.max_redrives, int)
+            or self.max_redrives < 0
+        ):
+            raise InvalidOptionError(
+                name="max_redrives", value=self.max_redrives, reason="must be >= 0"
+            )
+
+
+def choice(name: str, kind: type[E], value: "E | str") -> E:
+    """Parse an option that takes one of an enum's values, or raise a typed error."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise InvalidOptionError(
+            name=name, value=value, reason="one of " + ", ".join(e.value for e in kind)
+        ) from None

@@ -1,0 +1,108 @@
+"""One exception tree for taskiq-fanin, rooted in taskiq's own ``TaskiqError``.
+
+Every error here is raised *before* anything is written to Redis or sent to the
+broker, so catching one means nothing was half-done.
+"""
+
+from taskiq.exceptions import TaskiqError
+
+
+class FanInError(TaskiqError):
+    """Base class of every taskiq-fanin error."""
+
+    __template__ = "taskiq-fanin error"
+
+
+class InvalidGroupError(FanInError, ValueError):
+    """A group definition that cannot be planned as given."""
+
+    __template__ = "Invalid group: {reason}"
+    reason: str
+
+
+class EmptyGroupError(InvalidGroupError):
+    """A group with no members: nothing would ever complete it."""
+
+    __template__ = "A group needs at least one member"
+    reason: str = "no members"
+
+
+class GroupTooWideError(InvalidGroupError):
+    """More members than the configured maximum width."""
+
+    __template__ = "A group of {size} members exceeds the maximum of {maximum}"
+    size: int
+    maximum: int
+    reason: str = "too many members"
+
+
+class InvalidGroupIdError(InvalidGroupError):
+    """A group id that would break the Redis hash tag or key layout."""
+
+    __template__ = "Invalid group id {group_id!r}: {reason}"
+    group_id: str
+
+
+class InvalidOptionError(FanInError, ValueError):
+    """An option (TTL, deadline, policy, ...) outside its allowed range."""
+
+    __template__ = "Invalid option {name}={value!r}: {reason}"
+    name: str
+    value: object
+    reason: str
+
+
+class MemberNotSerializableError(FanInError, TypeError):
+    """A member's arguments cannot be written to the ledger as JSON."""
+
+    __template__ = "Member {index} ({task_name}) cannot be serialized: {reason}"
+    index: int | str
+    task_name: str
+    reason: str
+
+
+class UnknownTaskError(FanInError, LookupError):
+    """A signature names a task the broker does not know."""
+
+    __template__ = "The broker knows no task named {task_name!r}"
+    task_name: str
+
+
+class MiddlewareNotFoundError(FanInError, LookupError):
+    """The broker has no ``FanInMiddleware`` (or it has not started)."""
+
+    __template__ = "{reason}"
+    reason: str
+
+
+class NestingTooDeepError(FanInError, ValueError):
+    """Groups and chains nested deeper than the configured bound."""
+
+    __template__ = "Nesting depth {depth} exceeds the maximum of {maximum}"
+    depth: int
+    maximum: int
+
+
+class GroupStepFailedError(FanInError, RuntimeError):
+    """A group step of a chain failed under policy ``fail``: the chain stops."""
+
+    __template__ = "Group {group_id} failed: {failed} members failed, {lost} lost"
+    group_id: str
+    failed: int
+    lost: int
+
+
+class GroupTaskOrderError(FanInError, TypeError):
+    """``@group_task`` was put above ``@broker.task``, where it cannot work."""
+
+    __template__ = (
+        "@group_task must go under @broker.task: {name} is already a taskiq task. "
+        "Write @broker.task first, then @group_task(...) on the line below it"
+    )
+    name: str
+
+
+class ChainCancelledError(FanInError):
+    """The outcome of a chain that was cancelled (recorded for a chain member)."""
+
+    __template__ = "The chain was cancelled"

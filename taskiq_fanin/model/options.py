@@ -1,0 +1,96 @@
+"""The options of one group: one value, from the caller's hands to the ledger.
+
+Every way of planning a group (``group(...)``, a ``@group_task`` body, a chain's
+group step) carries one :class:`GroupOptions`. Nothing copies its fields one by
+one, so an option added here reaches the ledger on every path.
+"""
+
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from taskiq_fanin.model.config import FanInConfig
+from taskiq_fanin.model.errors import InvalidOptionError
+from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
+from taskiq_fanin.model.signature import Signature, TaskRef, as_signature
+
+
+class GroupOptions(BaseModel):
+    """How one group behaves; an option left ``None`` takes the middleware's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Receives the ``GroupResult`` once every member has an outcome.
+    then: Signature | None = None
+    #: Under failure policy ``fail``, runs instead of ``then`` if a member failed.
+    on_error: Signature | None = None
+    #: What failed members mean for the continuation.
+    failure_policy: FailurePolicy | None = None
+    #: What the sweep does with the group if it is still open past its deadline.
+    sweep_policy: SweepPolicy | None = None
+    #: Seconds every key of the group lives, finished or not.
+    ttl: float | None = Field(default=None, gt=0)
+    #: Seconds after which a group still open is stuck.
+    deadline: float | None = Field(default=None, gt=0)
+    #: Members check for cancellation before they run (one Redis read each).
+    cancellable: bool = False
+
+    @field_validator("then", "on_error", mode="before")
+    @classmethod
+    def _as_signature(cls, value: Any) -> Any:
+        """A task or a task's name stands for its signature without arguments."""
+        if value is None or isinstance(value, Signature | dict):
+            return value
+        return as_signature(value)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> "GroupOptions":
+        """Options from keyword arguments, or a typed error naming the bad one."""
+        try:
+            return cls.model_validate(dict(options))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = ".".join(str(part) for part in first["loc"]) or "options"
+            raise InvalidOptionError(
+                name=name, value=first.get("input"), reason=first["msg"]
+            ) from None
+
+    def overridden_by(self, other: "GroupOptions") -> "GroupOptions":
+        """These options, with every option ``other`` set explicitly instead."""
+        return self.model_copy(
+            update={name: getattr(other, name) for name in other.model_fields_set}
+        )
+
+    def with_defaults(self, config: FanInConfig) -> "ResolvedGroupOptions":
+        """Every option resolved: the middleware's defaults fill the gaps."""
+        values = dict(self)
+        ttl = self.ttl or config.ttl
+        values.update(
+            failure_policy=self.failure_policy or config.failure_policy,
+            sweep_policy=self.sweep_policy or config.sweep_policy,
+            ttl=ttl,
+            deadline=min(self.deadline or config.deadline, ttl),
+        )
+        return ResolvedGroupOptions(**values)
+
+
+class ResolvedGroupOptions(GroupOptions):
+    """A group's options with every default filled in, as planning writes them."""
+
+    failure_policy: FailurePolicy
+    sweep_policy: SweepPolicy
+    ttl: float
+    deadline: float
+
+
+class GroupOptionsArgs(TypedDict, total=False):
+    """The options of :class:`GroupOptions` as keyword arguments (for typing)."""
+
+    then: TaskRef | Signature | None
+    on_error: TaskRef | Signature | None
+    failure_policy: FailurePolicy | str | None
+    sweep_policy: SweepPolicy | str | None
+    ttl: float | None
+    deadline: float | None
+    cancellable: bool

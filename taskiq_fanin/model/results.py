@@ -1,0 +1,176 @@
+"""Pydantic models the library hands out: what continuations receive, and status."""
+
+import enum
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import BaseModel, Field, computed_field
+
+
+class FailurePolicy(str, enum.Enum):
+    """What a group's failed members mean for its continuation."""
+
+    #: The continuation runs and sees the failures in its ``GroupResult``.
+    CONTINUE = "continue"
+    #: If any member failed, the error continuation runs instead (once).
+    FAIL = "fail"
+
+
+class SweepPolicy(str, enum.Enum):
+    """What the sweep does with a group still open past its deadline."""
+
+    #: Report it (logged, and returned by the sweep), and look again later.
+    REPORT = "report"
+    #: Kick again exactly the members that have no outcome yet.
+    REDRIVE = "redrive"
+    #: Record those members as lost and run the continuation with what arrived.
+    GIVE_UP = "give_up"
+
+
+class GroupState(str, enum.Enum):
+    """Life of a group, one way only."""
+
+    #: Members planned (and being dispatched or running).
+    OPEN = "open"
+    #: Every member has an outcome; one finaliser holds the lease to dispatch.
+    CLAIMED = "claimed"
+    #: The continuation (or error continuation, or none) has been enqueued.
+    DISPATCHED = "dispatched"
+    #: A copy of the continuation is running (it holds the claim key as a lease).
+    RUNNING = "running"
+    #: The continuation ran to its end; only a small tombstone is left.
+    COMPLETED = "completed"
+    #: Cancelled before it finalised: no continuation runs.
+    CANCELLED = "cancelled"
+    #: Redis holds nothing about this group (never planned, or expired).
+    MISSING = "missing"
+
+
+class MemberError(BaseModel):
+    """Why a member failed for good."""
+
+    type: str
+    message: str
+
+
+class GroupResult(BaseModel):
+    """What a group's continuation receives as its first argument.
+
+    ``results`` holds the results of the members that succeeded, in member order;
+    ``succeeded`` holds their indexes, in the same order.
+    """
+
+    group_id: str
+    total: int
+    succeeded: list[int] = Field(default_factory=list)
+    results: list[Any] = Field(default_factory=list)
+    failed: dict[int, MemberError] = Field(default_factory=dict)
+    lost: list[int] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def done_count(self) -> int:
+        """How many members succeeded."""
+        return len(self.succeeded)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def failed_count(self) -> int:
+        """How many members failed for good."""
+        return len(self.failed)
+
+    @property
+    def ok(self) -> bool:
+        """True when every member succeeded."""
+        return self.done_count == self.total
+
+    def result_of(self, index: int) -> Any:
+        """The result of member ``index``; ``KeyError`` if it did not succeed."""
+        try:
+            return self.results[self.succeeded.index(index)]
+        except ValueError:
+            raise KeyError(index) from None
+
+
+class GroupStatus(BaseModel):
+    """A group as Redis holds it right now."""
+
+    group_id: str
+    state: GroupState
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    lost: int = 0
+    failure_policy: FailurePolicy | None = None
+    sweep_policy: SweepPolicy | None = None
+    created: datetime | None = None
+    deadline: datetime | None = None
+    planned: bool = False
+    redrives: int = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def pending(self) -> int:
+        """Members planned but with no outcome yet."""
+        return max(self.total - self.done - self.failed - self.lost, 0)
+
+    def age_seconds(self, now: datetime | None = None) -> float | None:
+        """Seconds since the group was created."""
+        if self.created is None:
+            return None
+        now = now or datetime.now(timezone.utc)
+        return (now - self.created).total_seconds()
+
+    def overdue(self, now: datetime | None = None) -> bool:
+        """True when the group is still open past its deadline."""
+        if self.deadline is None or self.state is not GroupState.OPEN:
+            return False
+        return (now or datetime.now(timezone.utc)) > self.deadline
+
+
+def from_millis(value: int | None) -> datetime | None:
+    """Redis keeps times as epoch milliseconds; hand them out as aware datetimes."""
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value / 1000, tz=timezone.utc)
+
+
+class ChainState(str, enum.Enum):
+    """Life of a chain, one way only."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    MISSING = "missing"
+
+
+class ChainStatus(BaseModel):
+    """A chain as its workflow record holds it right now."""
+
+    chain_id: str
+    state: ChainState
+    #: Index of the step running (or, once over, one past the last that ran).
+    step: int = 0
+    steps: int = 0
+    step_names: list[str] = Field(default_factory=list)
+    started: datetime | None = None
+    updated: datetime | None = None
+    failed_step: int | None = None
+    error: str | None = None
+
+    @property
+    def current(self) -> str | None:
+        """The name of the step the chain is at, while it runs."""
+        if self.state is ChainState.RUNNING and self.step < len(self.step_names):
+            return self.step_names[self.step]
+        return None
+
+
+class ChainFailure(BaseModel):
+    """What a chain's error continuation receives."""
+
+    chain_id: str
+    step: int
+    step_name: str
+    error: MemberError

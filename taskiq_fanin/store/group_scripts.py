@@ -1,0 +1,199 @@
+"""The scripts of a group, one typed method each.
+
+Calls go through a shared :class:`PipelineBatcher`: calls made together
+(continuations starting at once, planners, sweeps) share a round trip, and the
+outcomes of one group's members finishing together share one script call
+(:class:`OutcomeBatcher`).
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from taskiq_fanin.store import replies
+from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
+from taskiq_fanin.store.pipeline import Command, PipelineBatcher, ScriptBatcher
+from taskiq_fanin.store.replies import (
+    Begin,
+    CollectedOutcomes,
+    Created,
+    Inspected,
+    Outcome,
+    Recorded,
+    Redriven,
+)
+from taskiq_fanin.store.scripts import GROUP_SCRIPT_FILES, RedisClient, register, text
+
+
+class GroupScripts:
+    """The group scripts registered on one client."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        pipeline: PipelineBatcher,
+        *,
+        prefix: str,
+        batching: OutcomeBatching | None = None,
+    ) -> None:
+        self._pipeline = pipeline
+        registered = register(client, GROUP_SCRIPT_FILES)
+        self._scripts = {
+            name: ScriptBatcher(pipeline, script) for name, script in registered.items()
+        }
+        #: Members of one group finishing together share one script call; the
+        #: worker tells it which members run here.
+        self.outcomes = OutcomeBatcher(
+            pipeline, registered["record_outcome"], prefix=prefix, tuning=batching
+        )
+
+    async def send(self, command: Command) -> Any:
+        """A plain command (``lambda pipe: pipe.zrem(...)``) in the shared pipeline."""
+        return await self._pipeline(command)
+
+    async def create_group(
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        now_ms: int,
+        deadline_ms: int,
+        expires_ms: int,
+        options: Mapping[str, str | int],
+        members: Sequence[str],
+        planner_lease_ms: int,
+    ) -> tuple[Created, str]:
+        """Write meta (with ``options``) and ledger; the code and the group's token."""
+        pairs = [value for item in options.items() for value in item]
+        code, group_token, *existing = await self._scripts["create_group"](
+            keys=keys.all,
+            args=[
+                token,
+                now_ms,
+                deadline_ms,
+                expires_ms,
+                len(options),
+                *pairs,
+                len(members),
+                *members,
+            ],
+        )
+        if code == Created.EXISTS:
+            planned, created = (text(value) for value in existing)
+            # Still unplanned a lease after creation: its planner died mid-way.
+            if planned != "1" and now_ms - int(created) > planner_lease_ms:
+                code = Created.EXISTS_UNPLANNED
+        return Created(code), text(group_token)
+
+    async def record_outcome(
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        index: int,
+        outcome: Outcome,
+        payload: str,
+        now_ms: int,
+        lease_ms: int,
+        claimant: str,
+    ) -> tuple[Recorded, CollectedOutcomes | None]:
+        """Record one member's outcome; ``CLAIMED`` means: you finalise.
+
+        The claimant also gets what the finaliser needs (``collect_outcomes``).
+        """
+        code, shared = await self.outcomes.record(
+            keys.all,
+            token,
+            head=(now_ms, lease_ms, claimant),
+            member=(index, outcome.value, payload),
+        )
+        recorded = Recorded(code)
+        if recorded is Recorded.CLAIMED:
+            return recorded, replies.collected(shared)
+        return recorded, None
+
+    async def collect_outcomes(
+        self, keys: GroupKeys, *, token: str
+    ) -> CollectedOutcomes | None:
+        """Read what the finaliser needs; ``None`` if the group is gone."""
+        reply = await self._scripts["collect_outcomes"](keys=keys.all, args=[token])
+        return replies.collected(reply) if reply else None
+
+    async def mark_planned(self, keys: GroupKeys, *, token: str) -> bool:
+        """Note that every member was dispatched."""
+        return bool(await self._scripts["mark_planned"](keys=keys.all, args=[token]))
+
+    async def mark_dispatched(
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        now_ms: int,
+        dispatched: str,
+        tombstone_ms: int,
+        claimant: str,
+    ) -> bool:
+        """Note which continuation was enqueued and release the lease if ours."""
+        args = [token, now_ms, dispatched, tombstone_ms, claimant]
+        return bool(await self._scripts["mark_dispatched"](keys=keys.all, args=args))
+
+    async def mark_completed(
+        self, keys: GroupKeys, *, token: str, now_ms: int, tombstone_ms: int
+    ) -> bool:
+        """Shrink a group whose continuation ran to a tombstone."""
+        args = [token, now_ms, tombstone_ms]
+        return bool(await self._scripts["mark_completed"](keys=keys.all, args=args))
+
+    async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
+        """Meta, lease and missing members of a group; ``None`` if it is gone."""
+        return replies.inspected(await self._scripts["inspect_group"](keys=keys.all))
+
+    async def redrive_group(
+        self, keys: GroupKeys, *, token: str, now_ms: int, max_redrives: int
+    ) -> Redriven:
+        """Record a re-drive and read the ledger entries of the missing members."""
+        args = [token, now_ms, max_redrives]
+        return replies.redriven(
+            await self._scripts["redrive_group"](keys=keys.all, args=args)
+        )
+
+    async def give_up(
+        self, keys: GroupKeys, *, token: str, now_ms: int, lease_ms: int, claimant: str
+    ) -> int | None:
+        """Mark the missing members lost and claim; ``None`` if not open."""
+        args = [token, now_ms, lease_ms, claimant]
+        reply = await self._scripts["give_up"](keys=keys.all, args=args)
+        return int(reply[1]) if reply[0] == 1 else None
+
+    async def release_lock(self, lock_key: str, holder: str) -> bool:
+        """Delete ``lock_key`` if ``holder`` still holds it."""
+        return bool(await self._scripts["release_lock"](keys=[lock_key], args=[holder]))
+
+    async def cancel_group(self, keys: GroupKeys, *, now_ms: int) -> bool:
+        """Cancel an open group; False if it is missing or not open."""
+        return bool(await self._scripts["cancel_group"](keys=keys.all, args=[now_ms]))
+
+    async def begin_continuation(
+        self, keys: GroupKeys, *, token: str, now_ms: int, attempt: int
+    ) -> Begin:
+        """May this delivery of the continuation run (one copy at a time)?"""
+        args = [token, now_ms, attempt]
+        return Begin(
+            await self._scripts["begin_continuation"](keys=keys.all, args=args)
+        )
+
+    async def reclaim_finaliser(
+        self, keys: GroupKeys, *, token: str, now_ms: int, lease_ms: int, claimant: str
+    ) -> bool:
+        """Take over a claimed group whose finaliser's lease ran out."""
+        args = [token, now_ms, lease_ms, claimant]
+        return bool(await self._scripts["reclaim_finaliser"](keys=keys.all, args=args))
+
+    async def release_continuation(
+        self, keys: GroupKeys, *, token: str, attempt: int
+    ) -> bool:
+        """Give up an attempt's run lease so that its retry may run."""
+        args = [token, attempt]
+        return bool(
+            await self._scripts["release_continuation"](keys=keys.all, args=args)
+        )

@@ -1,0 +1,141 @@
+"""The Redis key layout, in one place.
+
+Every key of one group shares the hash tag ``{<group_id>}`` so that every script
+touches a single Cluster slot. The open-groups index is the only key outside a
+group; it may be stale, and readers trust each group's own keys.
+"""
+
+import re
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+from taskiq_fanin.model.errors import InvalidGroupIdError
+
+# Letters, digits and ``-_.:``; no braces (they would break the hash tag).
+ID_CHARACTERS = re.compile(r"[A-Za-z0-9_.:\-]+")
+#: The longest id a caller may give a group or a chain.
+LONGEST_ID = 128
+#: Ids the library derives (``<chain>.<step>``, ``<group>.<member>.r2``, ...) may
+#: be longer; lookups accept up to this.
+LONGEST_DERIVED_ID = 256
+
+
+def is_valid_id(value: str, *, longest: int = LONGEST_ID) -> bool:
+    """True when ``value`` can name a group or chain in a key."""
+    return 0 < len(value) <= longest and ID_CHARACTERS.fullmatch(value) is not None
+
+
+def validate_group_id(group_id: str, *, longest: int = LONGEST_ID) -> str:
+    """Return ``group_id`` unchanged, or raise if it cannot be used in a key."""
+    if not isinstance(group_id, str):
+        raise InvalidGroupIdError(group_id=repr(group_id), reason="must be a string")
+    if not is_valid_id(group_id, longest=longest):
+        raise InvalidGroupIdError(
+            group_id=group_id,
+            reason=f"use 1 to {longest} letters, digits or '-_.:' "
+            "(no braces or spaces)",
+        )
+    return group_id
+
+
+@dataclass(frozen=True)
+class GroupKeys:
+    """Names of the keys of one group."""
+
+    prefix: str
+    group_id: str
+
+    def _key(self, part: str) -> str:
+        return f"{self.prefix}:{{{self.group_id}}}:{part}"
+
+    @property
+    def meta(self) -> str:
+        """Hash: total, state, token, times, continuations, policy, counts."""
+        return self._key("meta")
+
+    @property
+    def plan(self) -> str:
+        """Hash: member index -> serialized member (the ledger)."""
+        return self._key("plan")
+
+    @property
+    def done(self) -> str:
+        """Set: indexes of members that succeeded."""
+        return self._key("done")
+
+    @property
+    def failed(self) -> str:
+        """Set: indexes of members that failed for good."""
+        return self._key("failed")
+
+    @property
+    def results(self) -> str:
+        """Hash: member index -> JSON result."""
+        return self._key("results")
+
+    @property
+    def errors(self) -> str:
+        """Hash: member index -> JSON error summary."""
+        return self._key("errors")
+
+    @property
+    def claim(self) -> str:
+        """String: the finaliser's lease, set with NX and an expiry."""
+        return self._key("claim")
+
+    @cached_property
+    def all(self) -> tuple[str, ...]:
+        """Every key of the group, in the order the scripts expect them."""
+        return (
+            self.meta,
+            self.plan,
+            self.done,
+            self.failed,
+            self.results,
+            self.errors,
+            self.claim,
+        )
+
+
+@lru_cache(maxsize=4096)
+def group_keys(prefix: str, group_id: str) -> GroupKeys:
+    """The keys of a group, built once: every member of a busy group needs them."""
+    return GroupKeys(prefix, group_id)
+
+
+def index_key(prefix: str) -> str:
+    """Sorted set of group ids scored by when the sweep should look next (ms)."""
+    return f"{prefix}:index"
+
+
+def chain_index_key(prefix: str) -> str:
+    """Sorted set of chain ids scored by when the sweep should look next (ms)."""
+    return f"{prefix}:chains"
+
+
+def sweep_lock_key(prefix: str) -> str:
+    """String: held (SET NX PX) by the one sweep acting at a time."""
+    return f"{prefix}:sweep:lock"
+
+
+@dataclass(frozen=True)
+class ChainKeys:
+    """Names of the keys of one chain's workflow record."""
+
+    prefix: str
+    chain_id: str
+
+    @property
+    def record(self) -> str:
+        """Hash: token, state, current step, names, times, error."""
+        return f"{self.prefix}:{{{self.chain_id}}}:chain"
+
+    @property
+    def compensations(self) -> str:
+        """List: the compensations of the steps completed so far, in order."""
+        return f"{self.prefix}:{{{self.chain_id}}}:comps"
+
+    @property
+    def all(self) -> tuple[str, str]:
+        """Both keys, in the order the chain scripts expect them."""
+        return (self.record, self.compensations)

@@ -1,0 +1,300 @@
+"""Outcomes of one group's members finishing together go as one script call.
+
+redis-py spends 60-230 us of CPU on each script call, so one ``recordOutcome``
+call for several members of a busy group costs far less than one each. A call
+of a busy group waits a little for more, but only for members running in this
+worker (the worker says which: :meth:`OutcomeBatcher.member_started`) and only
+while more can come: it goes once every one of them has joined it and no other
+starts within a few loop turns, at once when no slot is free (the worker runs as
+many members as it ever did), and at the next loop turn when its group is not
+busy. The script takes a call's members in order, each as if recorded alone.
+Every tuning constant is a field of :class:`OutcomeBatching`.
+"""
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
+from taskiq import TaskiqMessage
+
+from taskiq_fanin.model.labels import MemberRef
+from taskiq_fanin.store.keys import group_keys
+from taskiq_fanin.store.pipeline import PipelineBatcher, fail_all
+
+
+@dataclass(frozen=True)
+class OutcomeBatching:
+    """Tuning of the outcome batching; the defaults are the measured ones."""
+
+    #: The longest an outcome waits for more of its group (seconds): a busy
+    #: worker finishes a member or two per millisecond.
+    gather_seconds: float = 0.004
+    #: An outcome waits only if its group had at least this many members without
+    #: an outcome at its last call from this worker (a few are not worth a slot) ...
+    company: int = 8
+    #: ... and that call went less than this long ago (seconds): a group whose
+    #: members finish seldom gains nothing from waiting.
+    recent_seconds: float = 0.02
+    #: Once every member of its group running here has joined a waiting call, the
+    #: loop turns the call gives the worker to start another before it goes.
+    settle_turns: int = 10
+    #: Groups whose last call is remembered.
+    remembered_groups: int = 1024
+    #: Completions between two looks for members whose task ended unreported
+    #: (taskiq skips ``post_execute`` when something before it fails).
+    orphan_check_every: int = 256
+
+
+@dataclass
+class OutcomeStats:
+    """What was sent: script calls, and the member outcomes they carried."""
+
+    calls: int = 0
+    members: int = 0
+
+
+@dataclass
+class _GroupCall:
+    """The members of one group waiting to go as one script call."""
+
+    keys: Sequence[Any]
+    token: str
+    head: Sequence[Any]
+    members: list[tuple[Sequence[Any], "asyncio.Future[tuple[Any, Any]]"]] = field(
+        default_factory=list
+    )
+    #: The call waits for more members (its group is busy here) ...
+    waiting: bool = False
+    #: ... until this is set: nobody else can join, or nobody comes.
+    complete: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Members of the group that started here while this call was open.
+    arrivals: int = 0
+    #: Loop turns are being counted to see whether another member starts.
+    settling: bool = False
+
+
+@dataclass(slots=True)
+class _Run:
+    message: TaskiqMessage
+    member: MemberRef
+    key: tuple[Any, ...]
+    task: "asyncio.Task[Any] | None"
+
+
+class OutcomeBatcher:
+    """Records member outcomes, one ``recordOutcome`` call per group at a time."""
+
+    def __init__(
+        self,
+        pipeline: PipelineBatcher,
+        script: AsyncScript,
+        *,
+        prefix: str,
+        tuning: OutcomeBatching | None = None,
+    ) -> None:
+        self._script = script
+        self._pipeline = pipeline
+        self._prefix = prefix
+        self._tuning = tuning or OutcomeBatching()
+        self.stats = OutcomeStats()
+        self._open: dict[tuple[Any, ...], _GroupCall] = {}
+        #: Members running here, by message.
+        self._runs: dict[int, _Run] = {}
+        self._finishing = 0
+        #: Per group: members running here that have not joined a call yet.
+        self._unjoined: dict[tuple[Any, ...], set[int]] = {}
+        #: Per group: members without an outcome after its last call, and when.
+        self._last_call: dict[tuple[Any, ...], tuple[int, float]] = {}
+        #: A member started while a call was open: more than one slot here.
+        self._spare_slots = False
+        #: Members running here, and the most there ever were at once.
+        self._members_here = 0
+        self._most_here = 0
+        #: Settling callbacks need no context of their own (copying one costs).
+        self._settle_context = contextvars.Context()
+        self._sending: set[asyncio.Task[None]] = set()  # the loop keeps weak refs
+
+    # -- which members run here ---------------------------------------------
+
+    @property
+    def running(self) -> int:
+        """How many members run in this worker now."""
+        return len(self._runs)
+
+    def member_started(self, message: TaskiqMessage) -> None:
+        """``message`` starts running here; a member's start must be ended once."""
+        member = MemberRef.from_labels(message.labels)
+        if member is None:
+            return
+        self.member_ended(message)  # the same message started twice: ended first
+        key = (*group_keys(self._prefix, member.group_id).all, member.token)
+        self._runs[id(message)] = _Run(message, member, key, asyncio.current_task())
+        self._unjoined.setdefault(key, set()).add(member.index)
+        self._members_here += 1
+        self._most_here = max(self._most_here, self._members_here)
+        if self._open:
+            self._spare_slots = True
+        call = self._open.get(key)
+        if call is not None:
+            call.arrivals += 1
+
+    def member_finishing(self, message: TaskiqMessage) -> MemberRef | None:
+        """``message`` is about to record its outcome: the member it is, if any.
+
+        Now and then, first end the members whose task ended unreported.
+        """
+        self._finishing += 1
+        if self._finishing % self._tuning.orphan_check_every == 0:
+            ended = [r for r in self._runs.values() if r.task and r.task.done()]
+            for orphan in ended:
+                self.member_ended(orphan.message)
+        run = self._runs.get(id(message))
+        if run is not None and run.message is message:
+            return run.member
+        return MemberRef.from_labels(message.labels)
+
+    def member_ended(self, message: TaskiqMessage) -> None:
+        """``message`` is done here, recorded or not (a no-op for no member)."""
+        run = self._runs.get(id(message))
+        if run is None or run.message is not message:
+            return  # the id may be another message's by now
+        del self._runs[id(message)]
+        self._members_here -= 1
+        self._joined(run.key, run.member.index)
+        call = self._open.get(run.key)
+        if call is not None:
+            self._note_joined(run.key, call)
+
+    # -- recording ----------------------------------------------------------
+
+    async def record(
+        self,
+        keys: Sequence[Any],
+        token: str,
+        head: Sequence[Any],
+        member: Sequence[Any],
+    ) -> tuple[Any, Any]:
+        """Record one member; returns its code and the call's shared reply.
+
+        ``head`` (the script's arguments after the token) is taken from the
+        first member of a call: a worker passes the same, up to the clock.
+        """
+        key = (*keys, token)
+        call = self._open.get(key)
+        reply: asyncio.Future[tuple[Any, Any]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        if call is None:
+            call = self._open[key] = _GroupCall(keys, token, head)
+            task = asyncio.get_running_loop().create_task(self._send(key, call))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+        call.members.append((member, reply))
+        self._joined(key, int(member[0]))
+        self._note_joined(key, call)
+        return await reply
+
+    def _joined(self, key: tuple[Any, ...], index: int) -> None:
+        # Nobody waits for this member any more: it is in a call, or done.
+        unjoined = self._unjoined.get(key)
+        if unjoined is not None:
+            unjoined.discard(index)
+            if not unjoined:
+                del self._unjoined[key]
+
+    def _note_joined(self, key: tuple[Any, ...], call: _GroupCall) -> None:
+        """Complete a waiting call that nobody else can join (or start settling)."""
+        if not call.waiting or call.settling or call.complete.is_set():
+            return
+        if key in self._unjoined:
+            return  # a member of the group runs here and will join
+        if not self._spare_slots or self._members_here >= self._most_here:
+            # The call holds the worker's only slot, or as many members are
+            # here as ever ran at once: no slot is free for another to start.
+            call.complete.set()
+            return
+        call.settling = True
+        self._settle(key, call, call.arrivals, self._tuning.settle_turns)
+
+    def _settle(
+        self, key: tuple[Any, ...], call: _GroupCall, arrivals: int, turns: int
+    ) -> None:
+        """Count loop turns (cheap callbacks, not task steps) for a new member."""
+        if call.complete.is_set() or self._open.get(key) is not call:
+            return
+        if key in self._unjoined:
+            call.settling = False  # one started and runs: its join settles again
+            return
+        if call.arrivals != arrivals:  # one joined already: count afresh
+            arrivals, turns = call.arrivals, self._tuning.settle_turns
+        elif turns == 0:
+            call.complete.set()  # the worker started no other member: none comes
+            return
+        asyncio.get_running_loop().call_soon(
+            self._settle, key, call, arrivals, turns - 1, context=self._settle_context
+        )
+
+    async def _send(self, key: tuple[Any, ...], call: _GroupCall) -> None:
+        try:
+            if self._worth_waiting(key):
+                call.waiting = True
+                self._note_joined(key, call)
+                if not call.complete.is_set():
+                    # asyncio.TimeoutError: not the built-in one on Python 3.10.
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(
+                            call.complete.wait(), self._tuning.gather_seconds
+                        )
+            codes, shared, outstanding = await self._call_script(key, call)
+            self._remember(key, int(outstanding))
+            for (_, reply), code in zip(call.members, codes, strict=True):
+                if not reply.done():
+                    reply.set_result((code, shared))
+        except BaseException as exc:
+            fail_all(call.members, exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            # Sent or not, nobody may join this call any more.
+            if self._open.get(key) is call:
+                del self._open[key]
+
+    async def _call_script(self, key: tuple[Any, ...], call: _GroupCall) -> Any:
+        def add(pipe: Any) -> None:
+            # From now on this call is closed: later members start the next one.
+            if self._open.get(key) is call:
+                del self._open[key]
+            self.stats.calls += 1
+            self.stats.members += len(call.members)
+            pipe.execute_command("EVALSHA", self._script.sha, *self._arguments(call))
+
+        try:
+            return await self._pipeline(add)
+        except NoScriptError:
+            args = self._arguments(call)[len(call.keys) + 1 :]
+            return await self._script(keys=call.keys, args=args)
+
+    def _worth_waiting(self, key: tuple[Any, ...]) -> bool:
+        last = self._last_call.get(key)
+        if last is None:
+            return False
+        outstanding, at = last
+        age = asyncio.get_running_loop().time() - at
+        return outstanding >= self._tuning.company and age < self._tuning.recent_seconds
+
+    def _remember(self, key: tuple[Any, ...], outstanding: int) -> None:
+        self._last_call.pop(key, None)
+        if outstanding > 0:
+            self._last_call[key] = (outstanding, asyncio.get_running_loop().time())
+            if len(self._last_call) > self._tuning.remembered_groups:
+                del self._last_call[next(iter(self._last_call))]  # the oldest
+
+    @staticmethod
+    def _arguments(call: _GroupCall) -> list[Any]:
+        flat = [value for member, _ in call.members for value in member]
+        return [len(call.keys), *call.keys, call.token, *call.head, *flat]

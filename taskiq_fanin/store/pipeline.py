@@ -1,0 +1,124 @@
+"""Commands issued together share one pipeline.
+
+redis-py spends far more CPU on a command sent alone than on the same command
+inside a pipeline, and a busy worker or a planner issues many at once: member
+completions that finish together, the kicks of a group's members. So while one
+pipeline is on its way, the commands issued meanwhile wait and go together in
+the next (without MULTI: each command stays what it was, a script call stays its
+own atomic script). A command goes at the next turn of the event loop, with
+whatever was issued meanwhile. The outcomes of one group's members go together
+as one script call (``outcome_batching``).
+"""
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis, RedisCluster
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
+
+#: The most commands one pipeline carries.
+MAX_BATCH = 256
+#: Adds one command to a pipeline (whatever redis-py pipeline method fits).
+Command = Callable[[Any], object]
+_Pending = tuple[Command, "asyncio.Future[Any]"]
+
+
+@dataclass
+class PipelineStats:
+    """What was sent: pipelines (round trips), and the commands they carried."""
+
+    pipelines: int = 0
+    commands: int = 0
+
+
+class PipelineBatcher:
+    """Sends commands in pipelines; those issued while one is out wait for the next.
+
+    :param gather_seconds: how long a batch waits for more commands before it
+        goes; 0 still collects every command issued in the same loop turn.
+    """
+
+    def __init__(
+        self, client: Redis | RedisCluster, *, gather_seconds: float = 0.0
+    ) -> None:
+        self._client = client
+        self._gather_seconds = gather_seconds
+        self._pending: list[_Pending] = []
+        self._sender: asyncio.Task[None] | None = None
+        self.stats = PipelineStats()
+
+    async def __call__(self, command: Command) -> Any:
+        """Send ``command`` (``lambda pipe: pipe.xadd(...)``); returns its reply.
+
+        A command Redis refused raises its error here, for this caller only.
+        """
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((command, reply))
+        if self._sender is None or self._sender.done():
+            self._sender = loop.create_task(self._send_while_pending())
+        return await reply
+
+    async def _send_while_pending(self) -> None:
+        while self._pending:
+            await asyncio.sleep(self._gather_seconds)
+            batch = self._pending[:MAX_BATCH]
+            del self._pending[:MAX_BATCH]
+            await self._send(batch)
+
+    async def _send(self, batch: list[_Pending]) -> None:
+        self.stats.pipelines += 1
+        self.stats.commands += len(batch)
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for command, _ in batch:
+                    command(pipe)
+                replies = await pipe.execute(raise_on_error=False)
+            for (_, reply), outcome in zip(batch, replies, strict=True):
+                if reply.done():
+                    continue  # its caller was cancelled
+                if isinstance(outcome, Exception):
+                    reply.set_exception(outcome)
+                else:
+                    reply.set_result(outcome)
+        except BaseException as exc:
+            # Every caller hears of it, the sender's own cancellation included:
+            # a future left pending would hold its member's slot for good.
+            fail_all(batch, exc)
+            if not isinstance(exc, Exception):
+                raise
+
+
+def fail_all(
+    calls: Sequence[tuple[Any, "asyncio.Future[Any]"]], exc: BaseException
+) -> None:
+    """Every caller still waiting hears of ``exc`` (a cancellation, as one)."""
+    for _, reply in calls:
+        if not reply.done():
+            if isinstance(exc, asyncio.CancelledError):
+                reply.cancel()
+            else:
+                reply.set_exception(exc)
+
+
+class ScriptBatcher:
+    """Calls one registered script through a shared :class:`PipelineBatcher`.
+
+    Every call is still exactly one EVALSHA inside Redis.
+    """
+
+    def __init__(self, batcher: PipelineBatcher, script: AsyncScript) -> None:
+        self._script = script
+        self._batcher = batcher
+
+    async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        """Run the script with ``keys`` and ``args``; returns its reply."""
+        command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
+        try:
+            return await self._batcher(lambda pipe: pipe.execute_command(*command))
+        except NoScriptError:
+            # The server lost its script cache: the script object reloads it.
+            return await self._script(keys=keys, args=args)

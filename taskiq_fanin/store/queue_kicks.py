@@ -1,0 +1,110 @@
+"""Pipelined kicks on taskiq-redis's queue brokers.
+
+A group's members are kicked together, and a finaliser kicks a continuation
+while other completions are being recorded. taskiq-redis's ``kick`` builds a new
+``Redis`` client and makes one round trip per message; here the library's kicks
+on a ``RedisStreamBroker`` or ``ListQueueBroker`` go in pipelines, through one
+long-lived client on the broker's own connection pool.
+
+Everything else stays taskiq's: the kicker builds the message, every
+middleware's ``pre_send`` and ``post_send`` runs around each kick, and a kick
+returns only once Redis has its message, written by the command the broker's own
+``kick`` sends. taskiq-redis has no public way to add a message to a pipeline,
+so :func:`queue_of` reads the broker's attributes, here and nowhere else; a test
+fails loudly when taskiq-redis changes them. A broker of another kind, a
+subclass with a ``kick`` of its own, or one whose attributes are not as expected
+is used through its own ``kick``.
+"""
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import ConnectionPool, Redis
+from taskiq import AsyncBroker, BrokerMessage
+from taskiq_redis import ListQueueBroker, RedisStreamBroker
+
+from taskiq_fanin.store.pipeline import Command, PipelineBatcher
+
+logger = logging.getLogger("taskiq_fanin")
+
+#: Adds one message to a queue, as a pipeline command: ``(queue, data)``.
+AddToQueue = Callable[[str, bytes], Command]
+
+
+@dataclass(frozen=True)
+class BrokerQueue:
+    """Where a taskiq-redis queue broker's ``kick`` writes, and with which command."""
+
+    pool: ConnectionPool
+    queue_name: str
+    add: AddToQueue
+
+
+def queue_of(broker: AsyncBroker) -> BrokerQueue | None:
+    """The queue behind ``broker``'s own ``kick``; ``None`` if not pipelined.
+
+    The one place that reads taskiq-redis's attributes (``connection_pool``,
+    ``queue_name``, and a stream's ``maxlen`` and ``approximate``).
+    """
+    kick = type(broker).kick
+    add: AddToQueue
+    try:
+        if kick is RedisStreamBroker.kick:
+            stream: RedisStreamBroker = broker  # type: ignore[assignment]
+            maxlen, approximate = stream.maxlen, stream.approximate
+
+            def add(queue: str, data: bytes) -> Command:
+                # As RedisStreamBroker.kick sends it.
+                return lambda pipe: pipe.xadd(
+                    queue, {b"data": data}, maxlen=maxlen, approximate=approximate
+                )
+
+        elif kick is ListQueueBroker.kick:
+
+            def add(queue: str, data: bytes) -> Command:
+                # As ListQueueBroker.kick sends it.
+                return lambda pipe: pipe.lpush(queue, data)
+
+        else:
+            return None
+        pool = broker.connection_pool  # type: ignore[attr-defined]
+        queue_name = broker.queue_name  # type: ignore[attr-defined]
+    except AttributeError as exc:
+        logger.warning(
+            "taskiq-redis's %s is not as expected (%s): kicks go one by one",
+            type(broker).__name__,
+            exc,
+        )
+        return None
+    return BrokerQueue(pool=pool, queue_name=queue_name, add=add)
+
+
+class PipelinedBroker:
+    """Stands in for a broker in taskiq's kicker; its ``kick`` joins a pipeline.
+
+    Every other attribute is the broker's own.
+    """
+
+    def __init__(self, broker: AsyncBroker, queue: BrokerQueue) -> None:
+        self._broker = broker
+        self._queue = queue
+        # Not the pool's owner: closing this client leaves the broker's pool open.
+        self.pipeline = PipelineBatcher(Redis(connection_pool=queue.pool))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._broker, name)
+
+    async def kick(self, message: BrokerMessage) -> None:
+        """Add ``message`` to its queue; returns once Redis has it."""
+        queue = message.labels.get("queue_name") or self._queue.queue_name
+        await self.pipeline(self._queue.add(queue, message.message))
+
+
+def kicking_broker(broker: AsyncBroker) -> AsyncBroker:
+    """What the library's kicks go through: ``broker``, pipelined where it can be."""
+    queue = queue_of(broker)
+    if queue is None:
+        return broker
+    return PipelinedBroker(broker, queue)  # type: ignore[return-value]

@@ -1,0 +1,146 @@
+"""What the scripts answer, typed: codes as enums, replies as dataclasses.
+
+A script result never needs string parsing beyond what is done here once.
+"""
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from taskiq_fanin.store.scripts import text
+
+
+class Created(enum.IntEnum):
+    """Result of ``createGroup``."""
+
+    CREATED = 1
+    EXISTS = 2
+    #: It exists, but its planner died before dispatching every member (it has
+    #: not finished a finaliser lease after the group's creation).
+    EXISTS_UNPLANNED = 3
+
+
+class Begin(enum.IntEnum):
+    """Result of ``beginContinuation``."""
+
+    SKIP = 0
+    RUN = 1
+    RUNNING_ELSEWHERE = 2
+
+
+class Outcome(str, enum.Enum):
+    """A member's terminal outcome."""
+
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Recorded(enum.IntEnum):
+    """Result of ``recordOutcome``, one per member."""
+
+    RECORDED = 1
+    CLAIMED = 2
+    DUPLICATE = 3
+    CONFLICT = 4
+    NO_GROUP = 5
+    NOT_MEMBER = 6
+    TOKEN_MISMATCH = 7
+    FINALISED = 8
+
+
+class Advanced(enum.IntEnum):
+    """Result of ``advanceChain``."""
+
+    GONE = 0
+    ADVANCED = 1
+    DUPLICATE = 2
+    CANCELLED = 3
+
+
+@dataclass(frozen=True)
+class Inspected:
+    """What ``inspectGroup`` read: the group as the sweep judges it."""
+
+    meta: dict[str, str]
+    lease_held: bool
+    missing: list[int]
+
+
+@dataclass(frozen=True)
+class Redriven:
+    """What ``redriveGroup`` did: the re-drive count, and the members to kick."""
+
+    redriven: bool
+    redrives: int
+    members: dict[int, str]
+
+
+@dataclass(frozen=True)
+class CollectedOutcomes:
+    """What ``collectOutcomes`` read: the raw material of a ``GroupResult``."""
+
+    total: int
+    then: str
+    on_error: str
+    policy: str
+    state: str
+    span_ms: int
+    lost: list[int]
+    done: list[int]
+    failed: list[int]
+    results: dict[int, Any]
+    errors: dict[int, Any]
+
+
+def collected(reply: list[Any]) -> CollectedOutcomes:
+    """``collectOutcomes``'s reply (also what ``recordOutcome`` hands a claimant)."""
+    total, then, on_error, policy, state, span, lost = reply[:7]
+    done, failed, results, errors = reply[7:]
+    return CollectedOutcomes(
+        total=int(total),
+        then=text(then),
+        on_error=text(on_error),
+        policy=text(policy),
+        state=text(state),
+        span_ms=int(span),
+        lost=[int(index) for index in text(lost).split(",") if index],
+        done=sorted(int(member) for member in done),
+        failed=sorted(int(member) for member in failed),
+        results=_json_by_index(results),
+        errors=_json_by_index(errors),
+    )
+
+
+def inspected(reply: list[Any]) -> Inspected | None:
+    """``inspectGroup``'s reply; ``None`` when the group is gone."""
+    if not reply:
+        return None
+    meta, lease_held, missing = reply
+    fields = [text(value) for value in meta]
+    return Inspected(
+        meta=dict(zip(fields[::2], fields[1::2], strict=True)),
+        lease_held=bool(lease_held),
+        missing=[int(index) for index in missing],
+    )
+
+
+def redriven(reply: list[Any]) -> Redriven:
+    """``redriveGroup``'s reply."""
+    code, redrives, *flat = reply
+    return Redriven(
+        redriven=code == 1,
+        redrives=int(redrives),
+        members={
+            int(index): text(entry)
+            for index, entry in zip(flat[::2], flat[1::2], strict=True)
+        },
+    )
+
+
+def _json_by_index(flat: list[bytes | str]) -> dict[int, Any]:
+    fields, values = flat[::2], flat[1::2]
+    return {
+        int(field): json.loads(value)
+        for field, value in zip(fields, values, strict=True)
+    }

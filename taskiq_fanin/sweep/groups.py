@@ -1,0 +1,190 @@
+"""The sweep's judgement of one group, and what it does about it.
+
+Each group is judged from its own keys: stuck (open past its deadline), never
+fully planned, a finaliser that died before dispatching, or a continuation
+overdue; what is done follows the group's sweep policy or the caller's override.
+"""
+
+import logging
+from typing import Any
+
+from taskiq_fanin import metrics
+from taskiq_fanin.context import CLAIMANT, FanInContext
+from taskiq_fanin.groups import index
+from taskiq_fanin.groups.finalising import finalise
+from taskiq_fanin.groups.planning import dispatch_members
+from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.results import GroupState, SweepPolicy
+from taskiq_fanin.model.spec import member_from_ledger
+from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.replies import Inspected
+from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
+
+logger = logging.getLogger("taskiq_fanin.sweep")
+
+#: Who the sweep claims a finaliser's lease as.
+SWEEP_CLAIMANT = f"sweep:{CLAIMANT}"
+
+
+async def judge(
+    ctx: FanInContext,
+    group_id: str,
+    *,
+    now: int,
+    override: SweepPolicy | None,
+    dry_run: bool,
+) -> Finding | None:
+    """Judge one indexed group and, unless ``dry_run``, act; ``None``: on time."""
+    inspected = await ctx.scripts.inspect_group(GroupKeys(ctx.config.prefix, group_id))
+    state = GroupState(inspected.meta["state"]) if inspected else GroupState.MISSING
+    if inspected is None or state in (GroupState.COMPLETED, GroupState.CANCELLED):
+        if not dry_run:
+            await index.remove(ctx, group_id)
+        return Finding(
+            group_id=group_id,
+            kind=FindingKind.GONE,
+            action=SweepAction.PRUNE,
+            applied=not dry_run,
+            state=state.value,
+        )
+    meta = inspected.meta
+    due_at = _due_at(meta, state)
+    leased = (state is GroupState.CLAIMED and inspected.lease_held) or (
+        state is GroupState.RUNNING and int(meta.get("run_until", 0)) > now
+    )
+    if due_at > now or leased:
+        # Not stuck after all (the index is only a hint): look again later.
+        if not dry_run:
+            lease_end = now + ms(ctx.config.lease)
+            await index.reschedule(ctx, group_id, max(due_at, lease_end))
+        return None
+    finding = _finding(group_id, state, inspected, now, due_at)
+    if state is GroupState.CLAIMED:
+        finding.kind, finding.action = (
+            FindingKind.FINALISER_LOST,
+            SweepAction.REDISPATCH,
+        )
+    elif state in (GroupState.DISPATCHED, GroupState.RUNNING):
+        finding.kind = FindingKind.CONTINUATION_OVERDUE
+        redrive = (override or SweepPolicy(meta["sweep"])) is SweepPolicy.REDRIVE
+        finding.action = SweepAction.REDISPATCH if redrive else SweepAction.REPORT
+    else:
+        finding.kind = (
+            FindingKind.STUCK if meta.get("planned") == "1" else FindingKind.UNPLANNED
+        )
+        finding.action = SweepAction((override or SweepPolicy(meta["sweep"])).value)
+    if dry_run:
+        return finding
+    await _act(ctx, finding, meta, now)
+    return finding
+
+
+def _due_at(meta: dict[str, str], state: GroupState) -> int:
+    """When a group in this state stops being on time (epoch ms)."""
+    if state in (GroupState.DISPATCHED, GroupState.RUNNING):
+        return int(meta.get("dispatched_at", 0)) + int(meta["span"])
+    if state is GroupState.CLAIMED:
+        return int(meta.get("claimed_at", 0))
+    return int(meta["deadline"])
+
+
+def _finding(
+    group_id: str, state: GroupState, inspected: Inspected, now: int, due_at: int
+) -> Finding:
+    meta = inspected.meta
+    return Finding(
+        group_id=group_id,
+        kind=FindingKind.STUCK,
+        action=SweepAction.REPORT,
+        applied=False,
+        state=state.value,
+        total=int(meta["total"]),
+        done=int(meta["done_count"]),
+        failed=int(meta["failed_count"]),
+        missing=inspected.missing,
+        age_seconds=(now - int(meta["created"])) / 1000,
+        overdue_seconds=max(now - due_at, 0) / 1000,
+        redrives=int(meta.get("redrives", 0)),
+    )
+
+
+async def _act(
+    ctx: FanInContext,
+    finding: Finding,
+    meta: dict[str, str],
+    now: int,
+) -> None:
+    keys = GroupKeys(ctx.config.prefix, finding.group_id)
+    token, action = meta["token"], finding.action
+    # A group left as it was goes to the back of the due queue: every stuck group
+    # is seen in turn, however many there are.
+    look_again = now
+    if action is SweepAction.REDRIVE:
+        redriven = await ctx.scripts.redrive_group(
+            keys, token=token, now_ms=now, max_redrives=ctx.config.max_redrives
+        )
+        finding.redrives = redriven.redrives
+        if redriven.redriven:
+            members = {i: member_from_ledger(e) for i, e in redriven.members.items()}
+            await dispatch_members(
+                ctx,
+                finding.group_id,
+                token,
+                members,
+                depth=int(meta.get("depth", 1)),
+                cancellable=meta.get("cancellable") == "1",
+                attempt=redriven.redrives,
+            )
+            metrics.MEMBERS_REDRIVEN.inc(len(members))
+            finding.applied = True
+            look_again = max(look_again, now + int(meta["span"]))  # its new deadline
+        else:
+            finding.note = f"not re-driven: {redriven.redrives} re-drives used"
+    elif action is SweepAction.GIVE_UP:
+        lost = await ctx.scripts.give_up(
+            keys,
+            token=token,
+            now_ms=now,
+            lease_ms=ms(ctx.config.lease),
+            claimant=CLAIMANT,
+        )
+        if lost is not None:
+            await finalise(ctx, finding.group_id, token)
+            finding.applied = True
+            return
+        finding.note = "no longer open"
+    elif action is SweepAction.REDISPATCH:
+        if finding.kind is FindingKind.FINALISER_LOST and not (
+            await ctx.scripts.reclaim_finaliser(
+                keys,
+                token=token,
+                now_ms=now,
+                lease_ms=ms(ctx.config.lease),
+                claimant=SWEEP_CLAIMANT,
+            )
+        ):
+            finding.note = "the finaliser's lease was taken meanwhile"
+            return
+        await finalise(ctx, finding.group_id, token, claimant=SWEEP_CLAIMANT)
+        finding.applied = True
+        return
+    else:
+        finding.applied = True
+    await index.reschedule(ctx, finding.group_id, look_again)
+
+
+def log_finding(finding: Finding) -> None:
+    """One warning per finding, its fields as ``fanin_*`` extras."""
+    fields: dict[str, Any] = {f"fanin_{k}": v for k, v in finding.model_dump().items()}
+    logger.warning(
+        "Group %s %s: %s%s (%d/%d done, %d failed, missing %s)",
+        finding.group_id,
+        finding.kind.value,
+        "" if finding.applied else "would ",
+        finding.action.value,
+        finding.done,
+        finding.total,
+        finding.failed,
+        finding.missing[:20],
+        extra=fields,
+    )

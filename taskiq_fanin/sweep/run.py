@@ -1,0 +1,95 @@
+"""The sweep: find groups and chains that stopped moving, and act on them.
+
+Nothing waits on a group, so without a sweep a stuck group is invisible. The
+sweep reads the index of groups (scored by when to look next), judges each from
+its own keys (the index may be stale, and is pruned), and acts by the group's
+sweep policy or the caller's override; then it does the same for chains. A lock
+(SET NX PX) makes two concurrent sweeps act once; a batch bound keeps one short.
+"""
+
+import logging
+import uuid
+
+from taskiq_fanin import metrics
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups import index
+from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.results import SweepPolicy
+from taskiq_fanin.store.keys import sweep_lock_key
+from taskiq_fanin.sweep.chains import sweep_chains
+from taskiq_fanin.sweep.groups import judge, log_finding
+from taskiq_fanin.sweep.report import SweepReport
+
+logger = logging.getLogger("taskiq_fanin.sweep")
+
+#: Groups one sweep examines at most; the next sweep goes on from there.
+DEFAULT_BATCH = 100
+#: The shortest time a sweep's lock is held, in seconds.
+MIN_LOCK_SECONDS = 60.0
+
+
+async def sweep(
+    ctx: FanInContext,
+    *,
+    policy: SweepPolicy | str | None = None,
+    dry_run: bool = False,
+    batch: int = DEFAULT_BATCH,
+) -> SweepReport:
+    """Examine up to ``batch`` due groups (and chains) and act on them.
+
+    ``policy`` overrides each group's own sweep policy for stuck groups; a crashed
+    finaliser is always recovered (its continuation dispatched again with the same
+    task id) unless ``dry_run``, which writes nothing at all (not even the lock:
+    it can run beside an acting sweep, and on a read-only replica).
+    """
+    override = SweepPolicy(policy) if policy is not None else None
+    if dry_run:
+        return await _examine(ctx, override=override, dry_run=True, batch=batch)
+    lock_key = sweep_lock_key(ctx.config.prefix)
+    holder = uuid.uuid4().hex
+    lock_ms = ms(max(ctx.config.lease, MIN_LOCK_SECONDS))
+    if not await ctx.redis.set(lock_key, holder, nx=True, px=lock_ms):
+        logger.info("Another sweep holds %s; skipping", lock_key)
+        return SweepReport(dry_run=dry_run, skipped=True)
+    try:
+        return await _examine(ctx, override=override, dry_run=False, batch=batch)
+    finally:
+        await ctx.scripts.release_lock(lock_key, holder)
+
+
+async def _examine(
+    ctx: FanInContext,
+    *,
+    override: SweepPolicy | None,
+    dry_run: bool,
+    batch: int,
+) -> SweepReport:
+    """Judge (and unless ``dry_run``, act on) up to ``batch`` due groups and chains."""
+    now = ctx.now_ms()
+    due = await index.due(ctx, now, batch)
+    report = SweepReport(dry_run=dry_run, examined=len(due))
+    for group_id in due:
+        try:
+            finding = await judge(
+                ctx, group_id, now=now, override=override, dry_run=dry_run
+            )
+        except Exception:
+            # One group that cannot be handled must not block every later sweep:
+            # it goes to the back of the queue, and the others are handled.
+            logger.exception("Sweep of group %s failed", group_id)
+            if not dry_run:
+                await index.reschedule(ctx, group_id, now + ms(ctx.config.lease))
+            continue
+        if finding is not None:
+            report.findings.append(finding)
+    examined, chains = await sweep_chains(
+        ctx, now=now, override=override, dry_run=dry_run, batch=batch
+    )
+    report.examined += examined
+    report.findings.extend(chains)
+    for finding in report.findings:
+        log_finding(finding)
+    metrics.record_sweep(
+        (finding.kind.value for finding in report.findings), stuck=len(report.stuck)
+    )
+    return report

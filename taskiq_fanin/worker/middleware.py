@@ -1,0 +1,254 @@
+"""``FanInMiddleware``: the one thing a taskiq user adds to their broker.
+
+It holds the taskiq hooks and nothing else: it builds the ``FanInContext`` when
+the broker starts and hands each event of a worker to the engine that owns it.
+The public verbs (``group``, ``chain``, ``status``, ...) live in ``api``.
+"""
+
+import logging
+from typing import Any
+
+from redis.asyncio import Redis
+from taskiq import (
+    AsyncBroker,
+    NoResultError,
+    TaskiqMessage,
+    TaskiqMiddleware,
+    TaskiqResult,
+)
+
+from taskiq_fanin.chains import launch, progress, record, saga, tasks
+from taskiq_fanin.chains.cursor import ChainCursor
+from taskiq_fanin.context import FanInContext, current_run
+from taskiq_fanin.groups import continuation
+from taskiq_fanin.groups.recording import record_member
+from taskiq_fanin.model.config import (
+    DEFAULT_DEADLINE_SECONDS,
+    DEFAULT_DISPATCH_CONCURRENCY,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_GROUP_SIZE,
+    DEFAULT_MAX_REDRIVES,
+    DEFAULT_MAX_RESULT_BYTES,
+    DEFAULT_PREFIX,
+    DEFAULT_TOMBSTONE_SECONDS,
+    DEFAULT_TTL_SECONDS,
+    FanInConfig,
+    choice,
+)
+from taskiq_fanin.model.errors import MiddlewareNotFoundError
+from taskiq_fanin.model.labels import (
+    CANCELLABLE_LABEL,
+    ContinuationRef,
+    MemberRef,
+    attempt_of,
+)
+from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
+from taskiq_fanin.store.outcome_batching import OutcomeBatching
+from taskiq_fanin.store.scripts import RedisClient
+from taskiq_fanin.worker import skipping
+
+logger = logging.getLogger("taskiq_fanin")
+
+
+class FanInMiddleware(TaskiqMiddleware):
+    """Fan-in of task groups through Redis, without any task waiting on another.
+
+    Add it to the broker used by both the processes that plan groups and the
+    workers: ``broker = broker.with_middlewares(FanInMiddleware("redis://..."))``.
+    In workers it records each member's final outcome (after the retry middleware's
+    last attempt) and enqueues the continuation of a completed group exactly once.
+    """
+
+    def __init__(
+        self,
+        redis: str | RedisClient,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        ttl: float = DEFAULT_TTL_SECONDS,
+        deadline: float = DEFAULT_DEADLINE_SECONDS,
+        failure_policy: FailurePolicy | str = FailurePolicy.CONTINUE,
+        sweep_policy: SweepPolicy | str = SweepPolicy.REPORT,
+        max_redrives: int = DEFAULT_MAX_REDRIVES,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        finaliser_lease: float = DEFAULT_LEASE_SECONDS,
+        tombstone_ttl: float = DEFAULT_TOMBSTONE_SECONDS,
+        max_group_size: int = DEFAULT_MAX_GROUP_SIZE,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY,
+        outcome_batching: OutcomeBatching | None = None,
+    ) -> None:
+        """Configure; nothing connects until the broker starts.
+
+        :param redis: a Redis URL, or a ``redis.asyncio`` client (``Redis`` or
+            ``RedisCluster``) that the caller owns and closes.
+        :param prefix: first part of every key the library writes.
+        :param ttl: seconds every key of a group lives, finished or not.
+        :param deadline: seconds after which a still-open group counts as stuck.
+        :param failure_policy: default for groups: ``continue`` runs the
+            continuation with the failures in its ``GroupResult``; ``fail`` runs
+            the error continuation instead when any member failed.
+        :param sweep_policy: default for groups: what the sweep does with one
+            still open past its deadline (``report``, ``redrive``, ``give_up``).
+        :param max_redrives: how many times the sweep may re-drive one group.
+        :param max_depth: how deep groups and chains may nest in each other; a
+            deeper one fails with ``NestingTooDeepError`` and spawns nothing.
+        :param finaliser_lease: seconds the finalising member has to enqueue the
+            continuation before a sweep may do it instead.
+        :param tombstone_ttl: seconds a completed group's meta is kept so late
+            duplicates change nothing.
+        :param max_group_size: the widest group one call may plan.
+        :param max_result_bytes: member results larger than this (as JSON) are not
+            kept (the member still counts); error messages are cut to this size.
+        :param dispatch_concurrency: member kicks a planner keeps in flight.
+        :param outcome_batching: tuning of how members' outcomes share script
+            calls (``OutcomeBatching``); the defaults are the measured ones.
+        """
+        super().__init__()
+        self.config = FanInConfig(
+            prefix=prefix,
+            ttl=ttl,
+            deadline=deadline,
+            lease=finaliser_lease,
+            tombstone_ttl=tombstone_ttl,
+            max_group_size=max_group_size,
+            max_result_bytes=max_result_bytes,
+            dispatch_concurrency=dispatch_concurrency,
+            failure_policy=choice("failure_policy", FailurePolicy, failure_policy),
+            sweep_policy=choice("sweep_policy", SweepPolicy, sweep_policy),
+            max_redrives=max_redrives,
+            max_depth=max_depth,
+        )
+        self._batching = outcome_batching
+        self._url = redis if isinstance(redis, str) else None
+        self._client: RedisClient | None = None if isinstance(redis, str) else redis
+        self._context: FanInContext | None = None
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def set_broker(self, broker: AsyncBroker) -> None:
+        """Register the library's own tasks, which carry chains past group steps."""
+        super().set_broker(broker)
+        tasks.register(broker)
+
+    async def startup(self) -> None:
+        """Connect (for a URL), register the scripts and build the context."""
+        if self._url is not None and self._client is None:
+            self._client = Redis.from_url(self._url)
+        if self._client is not None and self._context is None:
+            self._context = FanInContext.create(
+                self.config,
+                self.broker,
+                self._client,
+                start_chain=launch.start_member,
+                batching=self._batching,
+            )
+
+    async def shutdown(self) -> None:
+        """Close the connection this middleware opened (never a caller's client)."""
+        if self._url is not None and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        self._context = None
+
+    @property
+    def context(self) -> FanInContext:
+        """What the engines work with; the broker must have started."""
+        if self._context is None:
+            raise MiddlewareNotFoundError(
+                reason="FanInMiddleware is not started: await broker.startup() first"
+            )
+        return self._context
+
+    # -- worker hooks -----------------------------------------------------------
+
+    async def pre_execute(self, message: TaskiqMessage) -> TaskiqMessage:
+        """Remember the message; skip what must not run (already ran, cancelled)."""
+        skipping.reset_skip()  # never inherit a flag (brokers may run messages inline)
+        ctx = self._context
+        if ctx is None:
+            return message
+        current_run.set((ctx, message))
+        ctx.outcomes.member_started(message)
+        try:
+            if not await self._may_run(ctx, message):
+                skipping.skip_current_message(self.broker, message)
+        except Exception:
+            logger.exception("Task %s: the run guard failed", message.task_id)
+        return message
+
+    async def _may_run(self, ctx: FanInContext, message: TaskiqMessage) -> bool:
+        ref = ContinuationRef.from_labels(message.labels)
+        attempt = attempt_of(message.labels)
+        if ref is not None and not await continuation.may_run(
+            ctx, ref, attempt=attempt
+        ):
+            logger.info(
+                "Group %s: continuation ran or is running; skipped", ref.group_id
+            )
+            return False
+        cursor = ChainCursor.from_labels(message.labels)
+        if cursor is not None and not await record.step_may_run(
+            ctx, cursor.id, cursor.index
+        ):
+            logger.info("Chain %s: step %d skipped", cursor.id, cursor.index)
+            await saga.skipped(ctx, cursor, continuation=ref is not None)
+            return False
+        if CANCELLABLE_LABEL not in message.labels:
+            return True
+        member = MemberRef.from_labels(message.labels)
+        if member is not None and await continuation.is_cancelled(ctx, member):
+            logger.info("Group %s: cancelled; member skipped", member.group_id)
+            return False
+        return True
+
+    async def post_execute(
+        self, message: TaskiqMessage, result: TaskiqResult[Any]
+    ) -> None:
+        """Record a member's final outcome; carry a chain on; complete a continuation.
+
+        An attempt the retry middleware will repeat carries ``NoResultError`` and
+        records nothing: only the last attempt counts.
+        """
+        current_run.set(None)
+        skipped = skipping.reset_skip()
+        ctx = self._context
+        if ctx is None:
+            return
+        member = ctx.outcomes.member_finishing(message)
+        try:
+            await self._record(ctx, message, result, member, skipped=skipped)
+        finally:
+            ctx.outcomes.member_ended(message)
+
+    async def _record(
+        self,
+        ctx: FanInContext,
+        message: TaskiqMessage,
+        result: TaskiqResult[Any],
+        member: MemberRef | None,
+        *,
+        skipped: bool,
+    ) -> None:
+        """What ``post_execute`` records for a member, a chain step, a continuation."""
+        ref = ContinuationRef.from_labels(message.labels)
+        attempt = attempt_of(message.labels)
+        try:
+            if isinstance(result.error, NoResultError):
+                if ref is not None and not skipped:
+                    # Its retry is on the way (it takes the lease over if it starts
+                    # first); a redelivery of this attempt may run once released.
+                    await continuation.release(ctx, ref, attempt=attempt)
+                return
+            if member is not None:
+                await record_member(ctx, member, result)
+            # A chain is carried on before the group whose continuation this step
+            # is completes: a crash in between leaves it to be redelivered.
+            cursor = ChainCursor.from_labels(message.labels)
+            if cursor is not None:
+                await progress.step_finished(ctx, cursor, result)
+            if ref is not None:
+                await continuation.complete(ctx, ref)
+        except Exception:
+            # taskiq would swallow it anyway; the sweep recovers what was not recorded.
+            logger.exception("Recording the outcome of task %s failed", message.task_id)
