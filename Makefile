@@ -21,6 +21,7 @@ lint: venv
 	$(BIN)/ruff check $(SOURCES)
 	$(BIN)/ruff format --check $(SOURCES)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 format: venv
 	$(BIN)/ruff check --fix $(SOURCES)
