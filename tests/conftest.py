@@ -70,6 +70,14 @@ async def fake_redis() -> AsyncIterator[FakeRedis]:
         await client.aclose()
 
 
+@pytest.fixture(params=["fakeredis", "redis-server"])
+def client(
+    request: pytest.FixtureRequest, fake_redis: FakeRedis, redis_client: Redis
+) -> Redis:
+    """The same test on fakeredis (real Lua through lupa) and on a real server."""
+    return fake_redis if request.param == "fakeredis" else redis_client
+
+
 async def _delete_prefixed(redis_url: str, prefix: str) -> None:
     cleaner = Redis.from_url(redis_url, decode_responses=False)
     try:

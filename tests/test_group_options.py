@@ -61,13 +61,6 @@ class HoldingBroker(InMemoryBroker):
             self.held.append(message)
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
-def client(
-    request: pytest.FixtureRequest, fake_redis: Redis, redis_client: Redis
-) -> Redis:
-    return fake_redis if request.param == "fakeredis" else redis_client
-
-
 @pytest.fixture
 async def broker(client: Redis, key_prefix: str) -> AsyncIterator[HoldingBroker]:
     broker = HoldingBroker("fan_out")

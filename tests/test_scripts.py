@@ -32,13 +32,6 @@ NOW = 1_700_000_000_000
 TOKEN = "t0k3n"
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
-def client(
-    request: pytest.FixtureRequest, fake_redis: Redis, redis_client: Redis
-) -> Redis:
-    return fake_redis if request.param == "fakeredis" else redis_client
-
-
 @pytest.fixture
 def keys(key_prefix: str) -> GroupKeys:
     return GroupKeys(key_prefix, "g1")
