@@ -1,4 +1,4 @@
-"""Options of the middleware and of each group, with their defaults and checks."""
+"""The middleware's options, with their defaults and checks."""
 
 import enum
 from dataclasses import dataclass
