@@ -8,10 +8,9 @@ elsewhere.
 
 import os
 import socket
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from taskiq import AsyncBroker, TaskiqMessage
@@ -64,8 +63,6 @@ class FanInContext:
     on_broker: AsyncBroker | None
     #: What the library's kicks go through: the broker, pipelined where it can be.
     pipelined: AsyncBroker | None
-    #: Epoch seconds, as the scripts are given it (scripts never read a clock).
-    clock: Callable[[], float] = field(default=time.time)
 
     @classmethod
     def create(
@@ -85,7 +82,7 @@ class FanInContext:
             scripts=GroupScripts(
                 redis, pipeline, prefix=config.prefix, batching=batching
             ),
-            chain_scripts=ChainScripts(redis),
+            chain_scripts=ChainScripts(redis, pipeline),
             start_chain=start_chain,
             on_broker=broker,
             pipelined=kicking_broker(broker) if broker is not None else None,
@@ -111,9 +108,10 @@ class FanInContext:
         """Records member outcomes; told which members run in this worker."""
         return self.scripts.outcomes
 
-    def now_ms(self) -> int:
-        """The clock every script is given, in epoch milliseconds."""
-        return int(self.clock() * 1000)
+    async def redis_now(self) -> float:
+        """Redis's clock, in epoch seconds: every time the library keeps is on it."""
+        seconds, micros = await self.redis.time()
+        return float(seconds) + micros / 1_000_000
 
     def knows_task(self, task_name: str) -> bool:
         """Whether the broker has a task of this name."""

@@ -19,7 +19,7 @@ from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeStats
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.replies import Recorded
-from tests.test_scripts import NOW, TOKEN, create
+from tests.test_scripts import TOKEN, create
 
 #: A gathering time long enough that a call which waits for nothing fails its
 #: test's deadline; and however slow the machine, a last call counts as recent.
@@ -57,7 +57,7 @@ def member(keys: GroupKeys, index: int) -> TaskiqMessage:
 
 async def record(batcher: OutcomeBatcher, keys: GroupKeys, index: int) -> Recorded:
     code, _ = await batcher.record(
-        keys.all, TOKEN, (NOW, 30_000, "test"), (index, "done", "")
+        keys.all, TOKEN, (30_000, "test"), (index, "done", "", f"d{index}")
     )
     return Recorded(code)
 

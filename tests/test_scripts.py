@@ -4,7 +4,6 @@ a real redis-server. No Python copy of a script exists anywhere.
 
 import asyncio
 import re
-import time
 from typing import Any
 
 import pytest
@@ -28,8 +27,10 @@ from taskiq_fanin.store.scripts import (
     read_script,
 )
 
-NOW = 1_700_000_000_000
 TOKEN = "t0k3n"
+#: A delivery of a member (or continuation): the same one retrying after a
+#: lost reply is told what it did; another is a duplicate.
+DELIVERY = "d1"
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ OPTIONS = {
     "policy": "continue",
     "sweep": "report",
     "span": 60_000,
-    "ttl": 10**12,
+    "ttl": 3_600_000,
     "cancellable": 0,
     "depth": 1,
 }
@@ -58,16 +59,14 @@ OPTIONS = {
 async def create(
     scripts: GroupScripts, keys: GroupKeys, total: int = 3, token: str = TOKEN
 ) -> tuple[Created, str]:
-    return await scripts.create_group(
+    created, group_token, _ = await scripts.create_group(
         keys,
         token=token,
-        now_ms=NOW,
-        deadline_ms=NOW + 60_000,
-        expires_ms=NOW + 10**12,  # far future: real servers expire by wall clock
         options=OPTIONS,
         members=[f'{{"t":"m","a":[{i}]}}' for i in range(total)],
         planner_lease_ms=60_000,
     )
+    return created, group_token
 
 
 async def record_with_outcomes(
@@ -77,6 +76,7 @@ async def record_with_outcomes(
     outcome: Outcome = Outcome.DONE,
     token: str = TOKEN,
     payload: str = "",
+    delivery: str = DELIVERY,
 ) -> tuple[Recorded, CollectedOutcomes | None]:
     return await scripts.record_outcome(
         keys,
@@ -84,9 +84,9 @@ async def record_with_outcomes(
         index=index,
         outcome=outcome,
         payload=payload,
-        now_ms=NOW,
         lease_ms=30_000,
         claimant="test",
+        delivery=delivery,
     )
 
 
@@ -97,31 +97,36 @@ async def record(
     outcome: Outcome = Outcome.DONE,
     token: str = TOKEN,
     payload: str = "",
+    delivery: str | None = None,
 ) -> Recorded:
+    """Record one member, as a delivery of its own unless ``delivery`` is given."""
     recorded, _ = await record_with_outcomes(
-        scripts, keys, index, outcome, token, payload
+        scripts, keys, index, outcome, token, payload, delivery or f"d-{index}-{token}"
     )
     return recorded
 
 
 async def begin(
-    scripts: GroupScripts, keys: GroupKeys, *, now_ms: int = NOW, attempt: int = 0
+    scripts: GroupScripts, keys: GroupKeys, *, attempt: int = 0, delivery: str = "c1"
 ) -> Begin:
     return await scripts.begin_continuation(
-        keys, token=TOKEN, now_ms=now_ms, attempt=attempt
+        keys, token=TOKEN, attempt=attempt, delivery=delivery
     )
 
 
+async def lease_runs_out(client: Redis, keys: GroupKeys) -> None:
+    """What the passage of the span does to a running copy's lease."""
+    await client.hset(keys.meta, "run_until", 0)
+
+
 async def dispatch(
-    scripts: GroupScripts, keys: GroupKeys, kind: str = "then", claimant: str = "test"
+    scripts: GroupScripts,
+    keys: GroupKeys,
+    kind: str = "then",
+    claimant: str = f"test#d-0-{TOKEN}",  # member 0's delivery, when it claimed
 ) -> bool:
     return await scripts.mark_dispatched(
-        keys,
-        token=TOKEN,
-        now_ms=NOW,
-        dispatched=kind,
-        tombstone_ms=5_000,
-        claimant=claimant,
+        keys, token=TOKEN, dispatched=kind, tombstone_ms=5_000, claimant=claimant
     )
 
 
@@ -136,7 +141,11 @@ def test_every_script_name_states_the_number_of_keys_it_uses() -> None:
     # The wrappers pass every key of a group, or of a chain's record.
     group_keys, chain_keys = len(GroupKeys("p", "g").all), len(ChainKeys("p", "c").all)
     takes = {name: int(f.split("-")[1][0]) for name, f in GROUP_SCRIPT_FILES.items()}
-    assert {n for n, k in takes.items() if k != group_keys} == {"release_lock"}
+    # The sweep's lock and its indexes are keys of their own.
+    assert {n for n, k in takes.items() if k != group_keys} == {
+        "release_lock",
+        "schedule",
+    }
     assert all(f.endswith(f"-{chain_keys}.lua") for f in CHAIN_SCRIPT_FILES.values())
 
 
@@ -183,7 +192,7 @@ async def test_members_complete_out_of_order_and_the_last_claims(
     assert await record(scripts, keys, 0, payload='"zero"') is Recorded.RECORDED
     assert await record(scripts, keys, 1, Outcome.FAILED) is Recorded.CLAIMED
     assert await client.hget(keys.meta, "state") == b"claimed"
-    assert await client.get(keys.claim) == b"test"
+    assert await client.get(keys.claim) == b"test#d-1-t0k3n"  # the claiming delivery
     assert 0 < await client.pttl(keys.claim) <= 30_000
     assert await client.smembers(keys.done) == {b"0", b"2"}
     assert await client.smembers(keys.failed) == {b"1"}
@@ -206,12 +215,14 @@ async def test_members_recorded_together_share_one_call_as_if_recorded_in_turn(
         (3, Outcome.DONE, ""),  # failed already
         (1, Outcome.FAILED, '{"type":"E","message":"m"}'),
         (2, Outcome.DONE, ""),  # the last one: claims
-        (2, Outcome.DONE, ""),
+        (2, Outcome.DONE, ""),  # another delivery of it
     ]
     replies = await asyncio.gather(
         *(
-            record_with_outcomes(scripts, keys, index, outcome, payload=payload)
-            for index, outcome, payload in calls
+            record_with_outcomes(
+                scripts, keys, index, outcome, payload=payload, delivery=f"d{n}"
+            )
+            for n, (index, outcome, payload) in enumerate(calls)
         )
     )
     # One pipeline carrying one script call.
@@ -329,19 +340,42 @@ async def test_after_the_claim_nothing_claims_again(
     scripts = scripts_on(client)
     await create(scripts, keys, total=2)
     await record(scripts, keys, 0)
-    assert await record(scripts, keys, 1) is Recorded.CLAIMED
-    assert await record(scripts, keys, 1) is Recorded.FINALISED
+    assert await record(scripts, keys, 1, delivery="first") is Recorded.CLAIMED
+    assert await record(scripts, keys, 1, delivery="again") is Recorded.FINALISED
     assert await record(scripts, keys, 0, Outcome.FAILED) is Recorded.FINALISED
     assert await client.hget(keys.meta, "done_count") == b"2"
 
 
-async def test_the_claim_lease_is_set_with_nx(client: Redis, keys: GroupKeys) -> None:
+async def test_the_claiming_delivery_asking_again_is_told_it_claimed(
+    client: Redis, keys: GroupKeys
+) -> None:
+    """Its reply was lost (a timeout, a restart): it finalises after all."""
+    scripts = scripts_on(client)
+    await create(scripts, keys, total=2)
+    await record(scripts, keys, 0)
+    first = await record_with_outcomes(scripts, keys, 1, delivery="lost-reply")
+    again = await record_with_outcomes(scripts, keys, 1, delivery="lost-reply")
+    assert first == again
+    assert again[0] is Recorded.CLAIMED
+    assert again[1] is not None
+    assert again[1].done == [0, 1]
+    # Once the dispatch is recorded and the lease released, it is over.
+    assert await dispatch(scripts, keys, claimant="test#lost-reply")
+    retried = await record(scripts, keys, 1, delivery="lost-reply")
+    assert retried is Recorded.FINALISED
+
+
+async def test_a_stale_claim_key_does_not_keep_a_finished_group_open(
+    client: Redis, keys: GroupKeys
+) -> None:
+    """The state is what one call may move; a claim key left from an earlier
+    group of the same id (expired while claimed) is only an old lease."""
     scripts = scripts_on(client)
     await create(scripts, keys, total=1)
-    await client.set(keys.claim, "someone else")  # a claim that beat us to it
-    assert await record(scripts, keys, 0) is Recorded.RECORDED
-    assert await client.get(keys.claim) == b"someone else"
-    assert await client.hget(keys.meta, "state") == b"open"
+    await client.set(keys.claim, "an earlier group's finaliser")
+    assert await record(scripts, keys, 0) is Recorded.CLAIMED
+    assert await client.get(keys.claim) == f"test#d-0-{TOKEN}".encode()
+    assert await client.hget(keys.meta, "state") == b"claimed"
 
 
 async def test_collect_reads_outcomes_and_refuses_a_wrong_token(
@@ -374,16 +408,14 @@ async def test_dispatch_then_completion_leave_a_tombstone(
     scripts = scripts_on(client)
     await create(scripts, keys, total=1)
     assert await scripts.mark_planned(keys, token=TOKEN)
-    args = {"token": TOKEN, "now_ms": NOW, "tombstone_ms": 5_000}
+    args = {"token": TOKEN, "tombstone_ms": 5_000}
     assert not await dispatch(scripts, keys)  # still open
     await record(scripts, keys, 0, payload="1")
     assert await dispatch(scripts, keys)
     assert await client.hget(keys.meta, "state") == b"dispatched"
     assert await client.exists(keys.claim) == 0
     assert not await dispatch(scripts, keys)
-    assert not await scripts.mark_completed(
-        keys, token="stale", now_ms=NOW, tombstone_ms=5_000
-    )
+    assert not await scripts.mark_completed(keys, token="stale", tombstone_ms=5_000)
     assert await scripts.mark_completed(keys, **args)
     assert not await scripts.mark_completed(keys, **args)
     assert await client.exists(*keys.all) == 1  # the meta alone
@@ -418,14 +450,16 @@ async def test_one_copy_of_a_continuation_runs_at_a_time_and_none_after_completi
     await record(scripts, keys, 0)
     # The continuation may start before its finaliser records the dispatch.
     assert await begin(scripts, keys) is Begin.RUN
-    assert await begin(scripts, keys, now_ms=NOW + 1) is Begin.RUNNING_ELSEWHERE
+    assert await begin(scripts, keys, delivery="c2") is Begin.RUNNING_ELSEWHERE
+    assert await begin(scripts, keys) is Begin.RUN  # the same delivery, asking again
     assert await dispatch(scripts, keys, "then")
     assert await client.hget(keys.meta, "state") == b"running"
     # The running copy's worker died: once its lease (the span) is over, a
     # redelivered copy runs.
-    assert await begin(scripts, keys, now_ms=NOW + 60_001) is Begin.RUN
-    await scripts.mark_completed(keys, token=TOKEN, now_ms=NOW, tombstone_ms=5_000)
-    assert await begin(scripts, keys, now_ms=NOW + 10**6) is Begin.SKIP
+    await lease_runs_out(client, keys)
+    assert await begin(scripts, keys, delivery="c2") is Begin.RUN
+    await scripts.mark_completed(keys, token=TOKEN, tombstone_ms=5_000)
+    assert await begin(scripts, keys, delivery="c3") is Begin.SKIP
     gone = await begin(scripts, GroupKeys(keys.prefix, "other"))
     assert gone is Begin.RUN  # nothing known: run rather than lose the work
 
@@ -441,16 +475,22 @@ async def test_a_retry_takes_the_run_lease_over_from_the_attempt_that_failed(
     assert await begin(scripts, keys, attempt=0) is Begin.RUN
     # The retry, while attempt 0 holds the lease; then a copy of the retry, and a
     # late copy of attempt 0.
-    assert await begin(scripts, keys, attempt=1) is Begin.RUN
-    assert await begin(scripts, keys, attempt=1) is Begin.RUNNING_ELSEWHERE
-    assert await begin(scripts, keys, attempt=0) is Begin.RUNNING_ELSEWHERE
+    assert await begin(scripts, keys, attempt=1, delivery="c2") is Begin.RUN
+    assert await begin(scripts, keys, attempt=1, delivery="c3") is (
+        Begin.RUNNING_ELSEWHERE
+    )
+    assert await begin(scripts, keys, attempt=0, delivery="c4") is (
+        Begin.RUNNING_ELSEWHERE
+    )
     # Attempt 0's worker now releases: the retry's lease stays.
     assert not await scripts.release_continuation(keys, token=TOKEN, attempt=0)
-    assert await client.hget(keys.meta, "state") == b"running"
+    assert await client.hget(keys.meta, "run_until") != b"0"
     assert await scripts.release_continuation(keys, token=TOKEN, attempt=1)
-    assert await client.hget(keys.meta, "state") == b"dispatched"
+    # The lease is released; the state does not move back.
+    assert await client.hget(keys.meta, "state") == b"running"
+    assert await client.hget(keys.meta, "run_until") == b"0"
     # A redelivered copy of it may run now.
-    assert await begin(scripts, keys, attempt=1) is Begin.RUN
+    assert await begin(scripts, keys, attempt=1, delivery="c5") is Begin.RUN
 
 
 async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(
@@ -459,7 +499,7 @@ async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(
     scripts = scripts_on(client)
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)  # claimed by "test", lease held
-    reclaim = {"token": TOKEN, "now_ms": NOW, "lease_ms": 30_000, "claimant": "sweep"}
+    reclaim = {"token": TOKEN, "lease_ms": 30_000, "claimant": "sweep"}
     assert not await scripts.reclaim_finaliser(keys, **reclaim)
     await client.delete(keys.claim)  # the lease ran out
     assert await scripts.reclaim_finaliser(keys, **reclaim)
@@ -474,25 +514,23 @@ async def test_a_redrive_pushes_the_deadline_and_keeps_the_keys_alive_past_it(
     client: Redis, keys: GroupKeys
 ) -> None:
     scripts = scripts_on(client)
-    now = int(time.time() * 1000)
     await scripts.create_group(
         keys,
         token=TOKEN,
-        now_ms=now,
-        deadline_ms=now + 1_000,
-        expires_ms=now + 2_000,  # about to expire, still open
+        # Its keys about to expire, still open.
         options={**OPTIONS, "then": "", "sweep": "redrive", "ttl": 2_000},
         members=['{"t":"m"}', '{"t":"m"}'],
         planner_lease_ms=60_000,
     )
     await record(scripts, keys, 0)
-    redriven = await scripts.redrive_group(
-        keys, token=TOKEN, now_ms=now, max_redrives=3
-    )
+    deadline_before = int(await client.hget(keys.meta, "deadline"))
+    redriven = await scripts.redrive_group(keys, token=TOKEN, max_redrives=3)
 
     assert (redriven.redriven, redriven.redrives) == (True, 1)
     assert redriven.members == {1: '{"t":"m"}'}
-    assert int(await client.hget(keys.meta, "deadline")) == now + 60_000
+    redriven_at = int(await client.hget(keys.meta, "redriven_at"))
+    assert int(await client.hget(keys.meta, "deadline")) == redriven_at + 60_000
+    assert redriven_at >= deadline_before - 60_000  # Redis's clock moved forward
     for key in (keys.meta, keys.plan, keys.done):
         assert await client.pttl(key) > 100_000
 
@@ -504,7 +542,7 @@ async def test_a_dispatch_is_recorded_even_after_the_continuation_completed(
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)
     assert await begin(scripts, keys) is Begin.RUN
-    await scripts.mark_completed(keys, token=TOKEN, now_ms=NOW, tombstone_ms=5_000)
+    await scripts.mark_completed(keys, token=TOKEN, tombstone_ms=5_000)
     assert await dispatch(scripts, keys)
     assert await client.hget(keys.meta, "state") == b"completed"
     assert await client.hget(keys.meta, "dispatched") == b"then"

@@ -21,6 +21,7 @@ from taskiq_fanin import (
     GroupResult,
     Signature,
     SweepAction,
+    SweepReport,
     chain,
     group,
     group_status,
@@ -129,17 +130,52 @@ async def test_a_planner_that_died_mid_dispatch_is_finished_by_the_sweep(
 
 
 class FailFirstContinuationKick(TaskiqMiddleware):
-    """The finaliser "dies" between its claim and the continuation's kick."""
+    """The finaliser "dies" between its claim and the continuation's kick.
 
-    def __init__(self) -> None:
+    Not an error of Redis being away (the worker would retry that itself): the
+    worker gives up on the message, as one that died would.
+    """
+
+    def __init__(self, error: Exception | None = None) -> None:
         super().__init__()
+        self.error = error or RuntimeError("worker died after claiming")
         self.failed = False
 
     def pre_send(self, message: TaskiqMessage) -> TaskiqMessage:
         if CONTINUATION_LABEL in message.labels and not self.failed:
             self.failed = True
-            raise ConnectionError("worker died after claiming")
+            raise self.error
         return message
+
+
+async def test_a_finaliser_whose_kick_meets_redis_away_retries_without_the_sweep(
+    redis_url: str, key_prefix: str
+) -> None:
+    fault = FailFirstContinuationKick(ConnectionError("Redis went away"))
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, fault, sent)
+    ran: list[GroupResult] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        ran.append(result)
+
+    async with worker(broker, max_async_tasks=5):
+        members = [Signature.of(member, i) for i in range(3)]
+        await group(members, then=then, group_id="away").kiq(broker)
+        await eventually(
+            lambda: sent.executions_of(then.task_name) == 1, what="the continuation"
+        )
+        status = await group_status(fanin, "away")
+
+    assert fault.failed
+    assert [result.results for result in ran] == [[0, 1, 2]]
+    assert len(sent.of_task(then.task_name)) == 1  # kicked once
+    assert status.state.value == "completed"
 
 
 async def test_a_finaliser_that_died_after_its_claim_is_recovered_once(
@@ -171,7 +207,9 @@ async def test_a_finaliser_that_died_after_its_claim_is_recovered_once(
         await eventually(
             lambda: _gone(fanin.context.redis, claim), what="the lease to end"
         )
-        report = await sweep(fanin)
+        # The sweep's index looks again once the lease is over, on Redis's
+        # clock (a moment after the claim key itself expired).
+        report = await sweep_until(fanin, FindingKind.FINALISER_LOST)
         await eventually(lambda: len(ran) == 1, what="the continuation")
         await eventually(lambda: sent.executions_of(then.task_name) == 1, what="end")
         again = await sweep(fanin)
@@ -184,6 +222,18 @@ async def test_a_finaliser_that_died_after_its_claim_is_recovered_once(
     )
     assert ran[0].results == [0, 1, 2]
     assert [f.kind for f in again.findings] in ([], [FindingKind.GONE])
+
+
+async def sweep_until(fanin: FanInMiddleware, kind: FindingKind) -> SweepReport:
+    """Sweep until a sweep finds (and acts on) a finding of ``kind``."""
+    reports: list[SweepReport] = []
+
+    async def found() -> bool:
+        reports.append(await sweep(fanin))
+        return any(f.kind is kind for f in reports[-1].findings)
+
+    await eventually(found, what=f"a sweep to find {kind.value}")
+    return reports[-1]
 
 
 async def _gone(redis: Redis, key: str) -> bool:
@@ -367,6 +417,12 @@ async def test_a_member_lost_with_a_killed_worker_is_redriven_on_a_list_broker(
             os.killpg(doomed.pid, signal.SIGKILL)
             doomed.wait()
         assert await redis.llen(app.QUEUE) == 0  # the message is gone for good
+        # Until Redis has dropped the dead worker's blocked BRPOP, it would hand
+        # that connection the next message too (a list never gives it back).
+        await eventually(
+            lambda: _nobody_blocked_on_a_list(redis),
+            what="Redis to drop the dead worker's connection",
+        )
         await eventually(lambda: overdue(fanin, "killed"), what="the deadline")
 
         with worker_process("tests.sweep_app:broker", env):
@@ -385,6 +441,11 @@ async def test_a_member_lost_with_a_killed_worker_is_redriven_on_a_list_broker(
     assert (finding.missing, finding.applied) == ([1], True)
     assert len(published) == 1
     assert published[0]["results"] == [0, 1, 2]
+
+
+async def _nobody_blocked_on_a_list(redis: Redis) -> bool:
+    clients = await redis.client_list()
+    return not any(client.get("cmd") == "brpop" for client in clients)
 
 
 async def _llen_is(redis: Redis, key: str, length: int) -> bool:

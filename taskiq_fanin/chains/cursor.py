@@ -31,6 +31,8 @@ class ChainCursor(BaseModel):
     depth: int = 1
     #: What undoes this step, remembered in the record once the step succeeds.
     undo: Signature | None = None
+    #: The chain goes on past a failed step (``ChainSpec.keep_going``).
+    keep_going: bool = False
 
     def label(self) -> dict[str, str]:
         """The label that carries this cursor."""

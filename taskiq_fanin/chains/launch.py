@@ -13,13 +13,13 @@ from typing import Any
 from taskiq_fanin.chains import record, tasks
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups import index
 from taskiq_fanin.groups.planning import plan_group
 from taskiq_fanin.groups.validation import validate_chain, validate_group
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.labels import MemberRef
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec, step_name
-from taskiq_fanin.store.keys import chain_index_key
 
 #: Stands for "no previous result": the first step, or one the sweep repeats.
 NOTHING: Any = object()
@@ -45,22 +45,21 @@ async def start(
         member=member.label_value if member is not None else None,
         depth=depth,
         undo=first.compensation if isinstance(first, Signature) else None,
+        keep_going=spec.keep_going,
     )
+    # The sweep looks at the chain once its deadline passes with no move; the
+    # entry goes first, so that no record is ever out of the index.
+    await index.add(ctx, chain_id, ms(ctx.config.deadline), chains=True)
     created = await ctx.chain_scripts.start(
         record.keys_of(ctx, chain_id),
         token=cursor.token,
-        now_ms=ctx.now_ms(),
         names=json.dumps([step_name(step) for step in spec.steps]),
         steps=len(spec.steps),
         ttl_ms=ms(ctx.config.ttl),
         pending=pending_json(cursor, first, NOTHING),
+        span_ms=ms(ctx.config.deadline),
     )
     if created:
-        # The sweep looks at the chain once its deadline has passed with no move.
-        await ctx.redis.zadd(
-            chain_index_key(ctx.config.prefix),
-            {chain_id: ctx.now_ms() + ms(ctx.config.deadline)},
-        )
         await kick_step(ctx, cursor, first, previous=NOTHING)
     return created
 
@@ -78,8 +77,13 @@ async def kick_step(
     step: Signature | GroupSpec,
     *,
     previous: Any,
+    delivery: str | None = None,
 ) -> None:
-    """Enqueue one step: a task with the previous result, or a group."""
+    """Enqueue one step: a task with the previous result, or a group.
+
+    ``delivery``: of the step that kicks this one, which may retry; a group
+    step planned again under it goes on dispatching its members.
+    """
     label = cursor.label()  # the rest of the plan, serialized once
     if isinstance(step, Signature):
         args = step.args
@@ -100,7 +104,8 @@ async def kick_step(
         }
     )
     spec = GroupSpec(members=step.members, options=options, group_id=cursor.step_id)
-    await plan_group(ctx, validate_group(ctx, spec, depth=cursor.depth + 1))
+    plan = validate_group(ctx, spec, depth=cursor.depth + 1, token=delivery)
+    await plan_group(ctx, plan)
 
 
 def pending_json(
@@ -117,16 +122,12 @@ def pending_json(
     return kick.model_dump_json(fallback=repr)
 
 
-async def redrive(ctx: FanInContext, chain_id: str) -> bool:
-    """Kick again the step a stuck chain is at, as it was first kicked.
+async def repeat(ctx: FanInContext, pending: str) -> None:
+    """Kick again a step as the record kept it (a stuck chain's, for the sweep).
 
     Its deterministic task id and the step guard keep a copy that was only slow
-    from moving the chain twice. False when nothing was recorded to repeat.
+    from moving the chain twice.
     """
-    raw = await record.pending(ctx, chain_id)
-    if not raw:
-        return False
-    kick = PendingStep.model_validate_json(raw)
+    kick = PendingStep.model_validate_json(pending)
     previous = kick.previous if kick.has_previous else NOTHING
     await kick_step(ctx, kick.cursor, kick.step, previous=previous)
-    return True

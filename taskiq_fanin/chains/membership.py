@@ -12,14 +12,18 @@ from taskiq_fanin.model.labels import MemberRef
 
 
 async def end_member(
-    ctx: FanInContext, cursor: ChainCursor, result: TaskiqResult[Any]
+    ctx: FanInContext, cursor: ChainCursor, result: TaskiqResult[Any], *, delivery: str
 ) -> None:
-    """The chain has ended: if it is a group member, record the member's outcome."""
+    """The chain has ended: if it is a group member, record the member's outcome.
+
+    Recorded before the chain's record moves: should that fail, the step is
+    retried or redelivered, and a member's outcome counts once.
+    """
     if cursor.member is None:
         return
     ref = MemberRef.parse(cursor.member)
     if ref is not None:
-        await record_member(ctx, ref, result)
+        await record_member(ctx, ref, result, delivery=delivery)
 
 
 def cancelled_result() -> TaskiqResult[Any]:

@@ -16,28 +16,36 @@ from taskiq_fanin.store.replies import Advanced
 
 
 async def step_finished(
-    ctx: FanInContext, cursor: ChainCursor, result: TaskiqResult[Any]
+    ctx: FanInContext, cursor: ChainCursor, result: TaskiqResult[Any], *, delivery: str
 ) -> None:
-    """Record the step's end in the chain's record and do what it calls for."""
+    """Record the step's end in the chain's record and do what it calls for.
+
+    A step that failed for good stops its chain (``saga``), unless the chain
+    keeps going past failures: then the failure is recorded and the next step
+    runs. ``delivery`` names this delivery of the step: retried with the same
+    one after an error, a transition whose reply was lost goes on all the same.
+    """
     keys = keys_of(ctx, cursor.id)
     scripts = ctx.chain_scripts
+    failure = ""
     if result.is_err:
-        summary = error_payload(result.error, ctx.config.max_result_bytes)
-        compensations = await scripts.fail(
-            keys,
-            token=cursor.token,
-            step=cursor.index,
-            now_ms=ctx.now_ms(),
-            error=summary,
-        )
-        await end_member(ctx, cursor, result)  # idempotent: before the record
-        if compensations is not None:
-            await saga.after_failure(ctx, cursor, summary, compensations)
-        return
+        failure = error_payload(result.error, ctx.config.max_result_bytes)
+        if not cursor.keep_going:
+            compensations = await scripts.fail(
+                keys,
+                token=cursor.token,
+                step=cursor.index,
+                error=failure,
+                delivery=delivery,
+            )
+            await end_member(ctx, cursor, result, delivery=delivery)
+            if compensations is not None:
+                await saga.after_failure(ctx, cursor, failure, compensations)
+            return
     if not cursor.rest:
-        await end_member(ctx, cursor, result)  # idempotent: before the record
+        await end_member(ctx, cursor, result, delivery=delivery)
         await scripts.finish(
-            keys, token=cursor.token, step=cursor.index, now_ms=ctx.now_ms()
+            keys, token=cursor.token, step=cursor.index, failure=failure
         )
         return
     following = cursor.rest[0]
@@ -50,16 +58,20 @@ async def step_finished(
             else None,
         }
     )
+    previous = None if result.is_err else result.return_value
     advanced = await scripts.advance(
         keys,
         token=cursor.token,
         step=cursor.index,
-        now_ms=ctx.now_ms(),
-        compensation=cursor.undo.to_ledger() if cursor.undo else "",
+        compensation=cursor.undo.to_ledger() if cursor.undo and not failure else "",
         ttl_ms=ms(ctx.config.ttl),
-        pending=launch.pending_json(after, following, result.return_value),
+        pending=launch.pending_json(after, following, previous),
+        failure=failure,
+        delivery=delivery,
     )
     if advanced is Advanced.CANCELLED:
-        await saga.undo_cancelled_step(ctx, cursor)
+        await saga.undo_cancelled_step(ctx, cursor, delivery=delivery)
     elif advanced is Advanced.ADVANCED:
-        await launch.kick_step(ctx, after, following, previous=result.return_value)
+        await launch.kick_step(
+            ctx, after, following, previous=previous, delivery=delivery
+        )

@@ -6,9 +6,16 @@ a failed step. Its transitions are scripts (``ChainScripts``).
 
 import json
 
+from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.model.results import ChainState, ChainStatus, from_millis
+from taskiq_fanin.model.results import (
+    ChainState,
+    ChainStatus,
+    MemberError,
+    from_millis,
+)
 from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, ChainKeys, validate_group_id
+from taskiq_fanin.store.replies import Begin
 
 
 def keys_of(ctx: FanInContext, chain_id: str) -> ChainKeys:
@@ -31,27 +38,38 @@ async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
         started=from_millis(int(record["started"])),
         updated=from_millis(int(record["updated"])),
         failed_step=int(record["failed_step"]) if "failed_step" in record else None,
-        error=record.get("error"),
+        error=MemberError.model_validate_json(record["error"])
+        if "error" in record
+        else None,
+        failures={
+            int(field.removeprefix("failure:")): MemberError.model_validate_json(value)
+            for field, value in record.items()
+            if field.startswith("failure:")
+        },
     )
 
 
 async def state(ctx: FanInContext, chain_id: str) -> ChainState:
     """The chain's state alone."""
-    (found,) = await ctx.chain_scripts.read_fields(keys_of(ctx, chain_id), "state")
+    found = (await ctx.chain_scripts.read(keys_of(ctx, chain_id))).get("state")
     return ChainState(found) if found is not None else ChainState.MISSING
 
 
-async def step_may_run(ctx: FanInContext, chain_id: str, step: int) -> bool:
-    """True when step ``step`` may run: the chain is running and at that step."""
-    found, current = await ctx.chain_scripts.read_fields(
-        keys_of(ctx, chain_id), "state", "step"
+async def begin_step(
+    ctx: FanInContext, cursor: ChainCursor, *, attempt: int, delivery: str
+) -> Begin:
+    """May this delivery of the cursor's step run (at that step, one copy)?"""
+    return await ctx.chain_scripts.begin_step(
+        keys_of(ctx, cursor.id),
+        token=cursor.token,
+        step=cursor.index,
+        attempt=attempt,
+        delivery=delivery,
     )
-    if found is None:
-        return True  # no record (expired): run rather than lose the work
-    return found == ChainState.RUNNING.value and int(current or 0) <= step
 
 
-async def pending(ctx: FanInContext, chain_id: str) -> str | None:
-    """The kick of the step the chain is at, as recorded when it was made."""
-    (raw,) = await ctx.chain_scripts.read_fields(keys_of(ctx, chain_id), "pending")
-    return raw
+async def release_step(ctx: FanInContext, cursor: ChainCursor, *, attempt: int) -> None:
+    """A step's attempt ended with a retry to come: let the retry run."""
+    await ctx.chain_scripts.release_step(
+        keys_of(ctx, cursor.id), token=cursor.token, step=cursor.index, attempt=attempt
+    )

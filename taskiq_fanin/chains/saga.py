@@ -1,13 +1,17 @@
 """When a chain stops early: its error continuation, its compensations, cancelling.
 
-A step that fails for good stops its chain: ``on_error`` runs once with a
-``ChainFailure``, and the compensations of the steps already completed run once
-each, last first, as a chain of their own (``<chain id>.undo``). A cancelled
-chain runs no further step, and its compensations run as for a failure.
+A step that fails for good stops its chain: the record says ``failing``,
+``on_error`` is kicked with a ``ChainFailure``, the compensations of the steps
+already completed are started, last first, as a chain of their own
+(``<chain id>.undo``) that goes on past a compensation that fails for good
+(each is attempted once; the failures are recorded in its status); then the
+record says ``failed``. A crash in between leaves it ``failing``, and the sweep
+does the rest (``finish_failing``). A cancelled chain runs no further step, and
+its compensations run as for a failure.
 """
 
 from taskiq_fanin.chains import launch, record
-from taskiq_fanin.chains.cursor import ChainCursor
+from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.membership import cancelled_result, end_member
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
@@ -20,7 +24,7 @@ from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, validate_group_id
 async def after_failure(
     ctx: FanInContext, cursor: ChainCursor, summary: str, compensations: list[str]
 ) -> None:
-    """The chain failed at the cursor's step: run ``on_error``, then undo."""
+    """The chain is failing at the cursor's step: kick ``on_error``, undo, end it."""
     if cursor.on_error is not None:
         names = (await record.status(ctx, cursor.id)).step_names
         failure = ChainFailure(
@@ -35,22 +39,46 @@ async def after_failure(
             .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
         )
     await compensate(ctx, f"{cursor.id}.undo", compensations)
+    await ctx.chain_scripts.failed(record.keys_of(ctx, cursor.id), token=cursor.token)
+
+
+async def finish_failing(ctx: FanInContext, chain_id: str, pending: str) -> None:
+    """Finish a chain a crash left ``failing`` (the sweep): the same kicks again.
+
+    ``on_error`` has the failed step's deterministic task id and the undo chain
+    its own id, started once: only a crash exactly between a kick and the
+    record's ``failed`` repeats a kick.
+    """
+    keys = record.keys_of(ctx, chain_id)
+    found = await ctx.chain_scripts.read(keys)
+    if found.get("state") != "failing":
+        return
+    cursor = PendingStep.model_validate_json(pending).cursor
+    compensations = await ctx.chain_scripts.compensations(keys)
+    unknown = MemberError(type="UnknownError", message="").model_dump_json()
+    await after_failure(ctx, cursor, found.get("error") or unknown, compensations)
 
 
 async def compensate(ctx: FanInContext, undo_id: str, compensations: list[str]) -> None:
-    """Run the compensations, last completed step first, as a chain of their own."""
+    """Run the compensations, last completed step first, as a chain of their own.
+
+    It goes on past a compensation that fails for good: each is attempted once.
+    """
     if not compensations:
         return
     steps = [Signature.from_ledger(raw).immutable() for raw in reversed(compensations)]
-    await launch.start(ctx, ChainSpec(steps=tuple(steps)), chain_id=undo_id)
+    spec = ChainSpec(steps=tuple(steps), keep_going=True)
+    await launch.start(ctx, spec, chain_id=undo_id)
 
 
-async def undo_cancelled_step(ctx: FanInContext, cursor: ChainCursor) -> None:
+async def undo_cancelled_step(
+    ctx: FanInContext, cursor: ChainCursor, *, delivery: str
+) -> None:
     """The chain was cancelled while this step ran: its own effect is undone too."""
     if cursor.undo is not None:
         undo_id = f"{cursor.id}.undo{cursor.index}"
         await compensate(ctx, undo_id, [cursor.undo.to_ledger()])
-    await end_member(ctx, cursor, cancelled_result())
+    await end_member(ctx, cursor, cancelled_result(), delivery=delivery)
 
 
 async def cancel(ctx: FanInContext, chain_id: str) -> bool:
@@ -59,9 +87,7 @@ async def cancel(ctx: FanInContext, chain_id: str) -> bool:
     False if the chain is not running (over, or unknown).
     """
     validate_group_id(chain_id, longest=LONGEST_DERIVED_ID)
-    cancelled = await ctx.chain_scripts.cancel(
-        record.keys_of(ctx, chain_id), now_ms=ctx.now_ms()
-    )
+    cancelled = await ctx.chain_scripts.cancel(record.keys_of(ctx, chain_id))
     if cancelled is None:
         return False
     step, compensations = cancelled
@@ -72,7 +98,7 @@ async def cancel(ctx: FanInContext, chain_id: str) -> bool:
 
 
 async def skipped(
-    ctx: FanInContext, cursor: ChainCursor, *, continuation: bool
+    ctx: FanInContext, cursor: ChainCursor, *, continuation: bool, delivery: str
 ) -> None:
     """Close what a step the guard skipped leaves open, if its chain was cancelled.
 
@@ -83,4 +109,4 @@ async def skipped(
         return
     if continuation:
         await complete_unrun(ctx, cursor.step_id)
-    await end_member(ctx, cursor, cancelled_result())
+    await end_member(ctx, cursor, cancelled_result(), delivery=delivery)

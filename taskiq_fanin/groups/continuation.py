@@ -16,16 +16,17 @@ from taskiq_fanin.store.replies import Begin
 from taskiq_fanin.store.scripts import text
 
 
-async def may_run(ctx: FanInContext, ref: ContinuationRef, *, attempt: int) -> bool:
-    """Whether this delivery of a continuation may run its body.
+async def begin(
+    ctx: FanInContext, ref: ContinuationRef, *, attempt: int, delivery: str
+) -> Begin:
+    """Whether this delivery of a continuation may run its body (``RUN``).
 
     ``attempt`` counts the retry middleware's attempts: a later one takes over.
     """
     keys = GroupKeys(ctx.config.prefix, ref.group_id)
-    begun = await ctx.scripts.begin_continuation(
-        keys, token=ref.token, now_ms=ctx.now_ms(), attempt=attempt
+    return await ctx.scripts.begin_continuation(
+        keys, token=ref.token, attempt=attempt, delivery=delivery
     )
-    return begun is Begin.RUN
 
 
 async def complete(ctx: FanInContext, ref: ContinuationRef) -> None:
@@ -35,10 +36,7 @@ async def complete(ctx: FanInContext, ref: ContinuationRef) -> None:
     # still expire with their TTL, and nothing is left to sweep.
     await asyncio.gather(
         ctx.scripts.mark_completed(
-            keys,
-            token=ref.token,
-            now_ms=ctx.now_ms(),
-            tombstone_ms=ms(ctx.config.tombstone_ttl),
+            keys, token=ref.token, tombstone_ms=ms(ctx.config.tombstone_ttl)
         ),
         index.remove(ctx, ref.group_id),
     )
@@ -62,7 +60,9 @@ async def complete_unrun(ctx: FanInContext, group_id: str) -> None:
 async def cancel_group(ctx: FanInContext, group_id: str) -> bool:
     """Cancel an open group: no continuation runs. False if it is not open."""
     keys = GroupKeys(ctx.config.prefix, group_id)
-    cancelled = await ctx.scripts.cancel_group(keys, now_ms=ctx.now_ms())
+    cancelled = await ctx.scripts.cancel_group(
+        keys, tombstone_ms=ms(ctx.config.tombstone_ttl)
+    )
     if cancelled:
         await index.remove(ctx, group_id)
     return cancelled

@@ -8,7 +8,7 @@ import asyncio
 import logging
 
 from taskiq_fanin import metrics
-from taskiq_fanin.context import CLAIMANT, FanInContext
+from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import index
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.labels import ContinuationRef
@@ -55,7 +55,7 @@ async def finalise(
     group_id: str,
     token: str,
     *,
-    claimant: str = CLAIMANT,
+    claimant: str,
     collected: CollectedOutcomes | None = None,
 ) -> None:
     """Enqueue the continuation of a claimed group, then release the claim.
@@ -64,6 +64,7 @@ async def finalise(
     outcomes its claim returned), and by the sweep when a lease ran out before
     the dispatch was recorded (or a continuation is overdue); the deterministic
     task id and ``beginContinuation`` keep a second dispatch from running twice.
+    ``claimant`` is the lease's holder: the lease is released if it still is.
     """
     keys = GroupKeys(ctx.config.prefix, group_id)
     if collected is None:
@@ -86,7 +87,6 @@ async def finalise(
     dispatched = await ctx.scripts.mark_dispatched(
         keys,
         token=token,
-        now_ms=ctx.now_ms(),
         dispatched=kind,
         tombstone_ms=ms(ctx.config.tombstone_ttl),
         claimant=claimant,
@@ -124,7 +124,7 @@ async def _rescore_to_lease_end(ctx: FanInContext, group_id: str) -> None:
     nothing, and it never puts back an entry already removed.
     """
     try:
-        await index.rescore(ctx, group_id, ctx.now_ms() + ms(ctx.config.lease))
+        await index.rescore(ctx, group_id, ms(ctx.config.lease))
     except Exception:  # noqa: BLE001 - a hint: the sweep finds the group anyway
         logger.warning("Group %s: rescoring its index entry failed", group_id)
 

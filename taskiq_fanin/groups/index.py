@@ -1,39 +1,49 @@
-"""The sweep's index of groups that may need it: group id scored by when to look.
+"""The sweep's indexes: group (or chain) ids scored by when to look at them next.
 
-It may be stale (the sweep trusts each group's own keys and prunes it), but it
-must never miss a group whose ledger exists.
+Scores are on Redis's clock (a one-key script reads it). An index may be stale
+(the sweep trusts each group's own keys and prunes it), but it must never miss a
+group whose ledger exists: planning writes the entry first.
 """
 
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.store.keys import index_key
-from taskiq_fanin.store.scripts import text
+from taskiq_fanin.store.keys import chain_index_key, index_key
 
 
-async def add(ctx: FanInContext, group_id: str, at_ms: int) -> None:
-    """Index a new group, due at ``at_ms``; an existing entry keeps its score."""
-    key = index_key(ctx.config.prefix)
-    await ctx.scripts.send(lambda pipe: pipe.zadd(key, {group_id: at_ms}, nx=True))
+def _key(ctx: FanInContext, chains: bool) -> str:
+    prefix = ctx.config.prefix
+    return chain_index_key(prefix) if chains else index_key(prefix)
 
 
-async def rescore(ctx: FanInContext, group_id: str, at_ms: int) -> None:
-    """Look at an indexed group again at ``at_ms``; never puts back a removed one."""
-    key = index_key(ctx.config.prefix)
-    await ctx.scripts.send(lambda pipe: pipe.zadd(key, {group_id: at_ms}, xx=True))
+async def add(
+    ctx: FanInContext, item_id: str, after_ms: int, *, chains: bool = False
+) -> bool:
+    """Index a new group (or chain), due ``after_ms`` from now; False if it was."""
+    key = _key(ctx, chains)
+    return await ctx.scripts.schedule(key, item_id, after_ms=after_ms, mode="nx")
 
 
-async def reschedule(ctx: FanInContext, group_id: str, at_ms: int) -> None:
-    """Look at a group again at ``at_ms`` (the sweep, about a group it judged)."""
-    await ctx.redis.zadd(index_key(ctx.config.prefix), {group_id: at_ms})
+async def rescore(ctx: FanInContext, group_id: str, after_ms: int) -> None:
+    """Look at an indexed group again ``after_ms`` from now; never puts one back."""
+    key = _key(ctx, False)
+    await ctx.scripts.schedule(key, group_id, after_ms=after_ms, mode="xx")
 
 
-async def remove(ctx: FanInContext, group_id: str) -> None:
-    """The group needs no more sweeping."""
-    key = index_key(ctx.config.prefix)
-    await ctx.scripts.send(lambda pipe: pipe.zrem(key, group_id))
+async def reschedule(
+    ctx: FanInContext, item_id: str, after_ms: int, *, chains: bool = False
+) -> None:
+    """Look at an item again ``after_ms`` from now (the sweep, having judged it)."""
+    key = _key(ctx, chains)
+    await ctx.scripts.schedule(key, item_id, after_ms=after_ms, mode="set")
 
 
-async def due(ctx: FanInContext, now_ms: int, batch: int) -> list[str]:
-    """Up to ``batch`` group ids whose time has come, soonest first."""
-    key = index_key(ctx.config.prefix)
-    raw = await ctx.redis.zrangebyscore(key, "-inf", now_ms, start=0, num=batch)
-    return [text(value) for value in raw]
+async def remove(ctx: FanInContext, item_id: str, *, chains: bool = False) -> None:
+    """The group (or chain) needs no more sweeping."""
+    key = _key(ctx, chains)
+    await ctx.scripts.send(lambda pipe: pipe.zrem(key, item_id))
+
+
+async def due(
+    ctx: FanInContext, batch: int, *, chains: bool = False
+) -> tuple[int, list[str]]:
+    """Redis's now (epoch ms), and up to ``batch`` ids whose time has come."""
+    return await ctx.scripts.due(_key(ctx, chains), batch=batch)

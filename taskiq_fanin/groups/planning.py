@@ -6,7 +6,6 @@ the members without an outcome are kicked again (kicking one twice is safe).
 """
 
 import asyncio
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from taskiq_fanin.groups.validation import GroupPlan
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.labels import CANCELLABLE_LABEL, DEPTH_LABEL, MemberRef
 from taskiq_fanin.model.options import GroupOptions
+from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, member_from_ledger
 from taskiq_fanin.store.keys import GroupKeys
@@ -60,19 +60,19 @@ class Planned:
     created: bool
 
 
+#: States of a group that is over: planning its id again indexes nothing.
+FINISHED = frozenset({GroupState.COMPLETED.value, GroupState.CANCELLED.value})
+
+
 async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
     """Write the group's meta and ledger, then dispatch every member."""
     keys = GroupKeys(ctx.config.prefix, plan.group_id)
-    now_ms = ctx.now_ms()
-    deadline_ms = now_ms + ms(plan.options.deadline)
+    deadline_ms = ms(plan.options.deadline)
 
-    def create() -> Awaitable[tuple[Created, str]]:
+    def create() -> Awaitable[tuple[Created, str, str]]:
         return ctx.scripts.create_group(
             keys,
-            token=secrets.token_hex(8),
-            now_ms=now_ms,
-            deadline_ms=deadline_ms,
-            expires_ms=now_ms + ms(plan.options.ttl),
+            token=plan.token,
             options={**meta_options(plan.options), "depth": plan.depth},
             members=plan.ledger,
             planner_lease_ms=ms(ctx.config.lease),
@@ -83,20 +83,23 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
     # one pipeline, which Redis runs in order; a cluster may run them on two
     # nodes in any order, so there the index is written before the ledger.
     if isinstance(ctx.redis, RedisCluster):
-        await index.add(ctx, plan.group_id, deadline_ms)
-        created, token = await create()
+        indexed = await index.add(ctx, plan.group_id, deadline_ms)
+        made = await create()
     else:
-        indexed, made = await asyncio.gather(
+        got_index, got_group = await asyncio.gather(
             index.add(ctx, plan.group_id, deadline_ms), create(), return_exceptions=True
         )
-        if isinstance(indexed, BaseException):
+        if isinstance(got_index, BaseException):
             # Refused, while the ledger may be written: once more, alone (it
             # raises if refused again), so that no ledger stays out of the index.
-            await index.add(ctx, plan.group_id, deadline_ms)
-        if isinstance(made, BaseException):
-            raise made
-        created, token = made
+            got_index = await index.add(ctx, plan.group_id, deadline_ms)
+        if isinstance(got_group, BaseException):
+            raise got_group
+        indexed, made = got_index, got_group
+    created, token, state = made
     if created is Created.EXISTS:
+        if indexed and state in FINISHED:
+            await index.remove(ctx, plan.group_id)  # over: nothing to sweep
         return Planned(group_id=plan.group_id, created=False)
     if created is Created.EXISTS_UNPLANNED:
         # An earlier planner died mid-dispatch: finish its work from the ledger.

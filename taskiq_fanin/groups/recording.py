@@ -62,9 +62,13 @@ def error_payload(error: BaseException | None, limit: int) -> str:
 
 
 async def record_member(
-    ctx: FanInContext, ref: MemberRef, result: TaskiqResult[Any]
+    ctx: FanInContext, ref: MemberRef, result: TaskiqResult[Any], *, delivery: str
 ) -> Recorded:
-    """Record a member's terminal outcome; finalise the group if it completed it."""
+    """Record a member's terminal outcome; finalise the group if it completed it.
+
+    ``delivery`` names this delivery of the member: retried with the same one
+    after an error, a claim whose reply was lost is finalised all the same.
+    """
     config = ctx.config
     if result.is_err:
         outcome = Outcome.FAILED
@@ -78,9 +82,9 @@ async def record_member(
         index=ref.index,
         outcome=outcome,
         payload=payload,
-        now_ms=ctx.now_ms(),
         lease_ms=ms(config.lease),
         claimant=CLAIMANT,
+        delivery=delivery,
     )
     if recorded in _NOT_OURS:
         logger.warning("Group %s member %s: %s", ref.group_id, ref.index, recorded.name)
@@ -95,6 +99,12 @@ async def record_member(
         metrics.member_recorded(outcome.value)
     if recorded is Recorded.CLAIMED:
         claimed = time.monotonic()
-        await finalise(ctx, ref.group_id, ref.token, collected=collected)
+        await finalise(
+            ctx,
+            ref.group_id,
+            ref.token,
+            claimant=f"{CLAIMANT}#{delivery}",  # the lease it took
+            collected=collected,
+        )
         metrics.DISPATCH_LATENCY.observe(time.monotonic() - claimed)
     return recorded

@@ -6,6 +6,7 @@ as a group's member) by :func:`validate_chain`. Nothing is written until all of
 it has passed (invariant 8).
 """
 
+import secrets
 import uuid
 from dataclasses import dataclass
 
@@ -41,10 +42,18 @@ class GroupPlan:
     options: ResolvedGroupOptions
     #: How deep the group sits in groups and chains (1: at the top).
     depth: int
+    #: The token its members carry; a planner retrying passes its own again.
+    token: str
 
 
-def validate_group(ctx: FanInContext, spec: GroupSpec, *, depth: int = 1) -> GroupPlan:
-    """Check a group and serialize its ledger, raising before anything is written."""
+def validate_group(
+    ctx: FanInContext, spec: GroupSpec, *, depth: int = 1, token: str | None = None
+) -> GroupPlan:
+    """Check a group and serialize its ledger, raising before anything is written.
+
+    ``token``: the group's, when a planner that may retry chose it (planning
+    again with it goes on dispatching); a fresh one otherwise.
+    """
     _check_group(ctx, spec, depth=depth)
     ledger = tuple(
         _serialized(index, member) for index, member in enumerate(spec.members)
@@ -62,6 +71,7 @@ def validate_group(ctx: FanInContext, spec: GroupSpec, *, depth: int = 1) -> Gro
         ledger=ledger,
         options=options,
         depth=depth,
+        token=token or secrets.token_hex(8),
     )
 
 

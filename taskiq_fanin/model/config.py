@@ -29,11 +29,32 @@ DEFAULT_MAX_REDRIVES = 3
 DEFAULT_MAX_DEPTH = 8
 #: Key prefix; every key of the library starts with it.
 DEFAULT_PREFIX = "fanin"
+#: A member whose ledger entry (its arguments, as JSON) is larger is refused.
+DEFAULT_MAX_MEMBER_BYTES = 64 * 1024
+#: Connections the library's own client opens at most; more callers wait.
+DEFAULT_MAX_CONNECTIONS = 32
+#: Seconds a Redis command may take before the client counts Redis as away.
+DEFAULT_SOCKET_TIMEOUT = 5.0
+#: Seconds a worker's hook retries while Redis is away, before it leaves the
+#: message unacknowledged to come back.
+DEFAULT_RETRY_FOR = 30.0
 
 
 def ms(seconds: float) -> int:
     """A duration in seconds as the scripts take it: milliseconds."""
     return int(seconds * 1000)
+
+
+def check_lifetime(ttl: float, deadline: float, lease: float) -> None:
+    """A group must outlive its deadline by the time the sweep needs to act."""
+    if ttl < deadline + lease:
+        raise InvalidOptionError(
+            name="ttl",
+            value=ttl,
+            reason=f"a group must outlive its deadline ({deadline:g} s) by the "
+            f"finaliser lease ({lease:g} s) the sweep needs: raise ttl to at least "
+            f"{deadline + lease:g} s or lower the deadline",
+        )
 
 
 def positive(name: str, value: float) -> float:
@@ -59,25 +80,32 @@ class FanInConfig:
     sweep_policy: SweepPolicy = SweepPolicy.REPORT
     max_redrives: int = DEFAULT_MAX_REDRIVES
     max_depth: int = DEFAULT_MAX_DEPTH
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    socket_timeout: float = DEFAULT_SOCKET_TIMEOUT
+    retry_for: float = DEFAULT_RETRY_FOR
 
     def __post_init__(self) -> None:
         if not self.prefix or any(c in self.prefix for c in "{} "):
             raise InvalidOptionError(
                 name="prefix", value=self.prefix, reason="non-empty, no braces/spaces"
             )
-        for name in ("ttl", "deadline", "lease", "tombstone_ttl"):
-            positive(name, getattr(self, name))
         for name in (
+            "ttl",
+            "deadline",
+            "lease",
+            "tombstone_ttl",
+            "socket_timeout",
+            "retry_for",
             "max_group_size",
             "max_result_bytes",
+            "max_member_bytes",
             "dispatch_concurrency",
             "max_depth",
+            "max_connections",
         ):
             positive(name, getattr(self, name))
-        if self.deadline > self.ttl:
-            raise InvalidOptionError(
-                name="deadline", value=self.deadline, reason="must not exceed ttl"
-            )
+        check_lifetime(self.ttl, self.deadline, self.lease)
         if (
             isinstance(self.max_redrives, bool)
             or not isinstance(self.max_redrives, int)

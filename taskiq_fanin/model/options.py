@@ -10,7 +10,7 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from taskiq_fanin.model.config import FanInConfig
+from taskiq_fanin.model.config import FanInConfig, check_lifetime
 from taskiq_fanin.model.errors import InvalidOptionError
 from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
 from taskiq_fanin.model.signature import Signature, TaskRef, as_signature
@@ -63,14 +63,19 @@ class GroupOptions(BaseModel):
         )
 
     def with_defaults(self, config: FanInConfig) -> "ResolvedGroupOptions":
-        """Every option resolved: the middleware's defaults fill the gaps."""
+        """Every option resolved: the middleware's defaults fill the gaps.
+
+        A group whose keys would expire before the sweep could act on it (a
+        ``ttl`` shorter than its deadline plus the finaliser lease) is refused.
+        """
         values = dict(self)
-        ttl = self.ttl or config.ttl
+        ttl, deadline = self.ttl or config.ttl, self.deadline or config.deadline
+        check_lifetime(ttl, deadline, config.lease)
         values.update(
             failure_policy=self.failure_policy or config.failure_policy,
             sweep_policy=self.sweep_policy or config.sweep_policy,
             ttl=ttl,
-            deadline=min(self.deadline or config.deadline, ttl),
+            deadline=deadline,
         )
         return ResolvedGroupOptions(**values)
 

@@ -136,10 +136,13 @@ def from_millis(value: int | None) -> datetime | None:
 
 
 class ChainState(str, enum.Enum):
-    """Life of a chain, one way only."""
+    """Life of a chain, one way only (``model/states.py``)."""
 
     RUNNING = "running"
     DONE = "done"
+    #: A step failed for good; its error continuation and compensations are
+    #: being kicked (the sweep finishes it if a crash stops that).
+    FAILING = "failing"
     FAILED = "failed"
     CANCELLED = "cancelled"
     MISSING = "missing"
@@ -157,7 +160,11 @@ class ChainStatus(BaseModel):
     started: datetime | None = None
     updated: datetime | None = None
     failed_step: int | None = None
-    error: str | None = None
+    #: Why the chain failed: the failed step's error.
+    error: MemberError | None = None
+    #: In a chain that keeps going past failures (compensations): each failed
+    #: step's error, by step index.
+    failures: dict[int, MemberError] = Field(default_factory=dict)
 
     @property
     def current(self) -> str | None:

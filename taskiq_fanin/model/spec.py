@@ -42,6 +42,9 @@ class ChainSpec(BaseModel):
     #: Receives a ``ChainFailure`` when a step fails for good.
     on_error: Signature | None = None
     chain_id: str | None = None
+    #: Go on past a step that fails for good (its failure recorded) instead of
+    #: stopping: how compensations run, each attempted whatever came before.
+    keep_going: bool = False
 
 
 #: A step of a chain: a task, or a group whose continuation is the next step.

@@ -1,34 +1,46 @@
 """The scripts of a chain's workflow record, one typed method each, and its reads.
 
-Every transition is one script on the record's own slot.
+Every transition is one script on the record's own slot; calls go through the
+shared :class:`PipelineBatcher`, so a burst of chains shares a few connections.
 """
 
+from typing import Any
+
 from taskiq_fanin.store.keys import ChainKeys
-from taskiq_fanin.store.replies import Advanced
+from taskiq_fanin.store.pipeline import PipelineBatcher, ScriptBatcher
+from taskiq_fanin.store.replies import Advanced, Begin, flat_hash
 from taskiq_fanin.store.scripts import CHAIN_SCRIPT_FILES, RedisClient, register, text
+
+Args = list[str | int]
 
 
 class ChainScripts:
     """The chain scripts registered on one client."""
 
-    def __init__(self, client: RedisClient) -> None:
-        self._client = client
-        self._scripts = register(client, CHAIN_SCRIPT_FILES)
+    def __init__(self, client: RedisClient, pipeline: PipelineBatcher) -> None:
+        self._pipeline = pipeline
+        self._scripts = {
+            name: ScriptBatcher(pipeline, script)
+            for name, script in register(client, CHAIN_SCRIPT_FILES).items()
+        }
+
+    async def _call(self, name: str, keys: ChainKeys, args: Args) -> Any:
+        return await self._scripts[name](keys=keys.all, args=args)
 
     async def start(
         self,
         keys: ChainKeys,
         *,
         token: str,
-        now_ms: int,
         names: str,
         steps: int,
         ttl_ms: int,
         pending: str,
+        span_ms: int,
     ) -> bool:
         """Create the record; False when the chain id exists."""
-        args: list[str | int] = [token, now_ms, steps, names, ttl_ms, pending]
-        return bool(await self._scripts["start"](keys=keys.all, args=args))
+        args: Args = [token, steps, names, ttl_ms, pending, span_ms]
+        return bool(await self._call("start", keys, args))
 
     async def advance(
         self,
@@ -36,45 +48,76 @@ class ChainScripts:
         *,
         token: str,
         step: int,
-        now_ms: int,
         compensation: str,
         ttl_ms: int,
         pending: str,
+        delivery: str,
+        failure: str = "",
     ) -> Advanced:
-        """Move past ``step`` once; ``ADVANCED`` means: kick the next step."""
-        args: list[str | int] = [token, step, now_ms, compensation, ttl_ms, pending]
-        return Advanced(await self._scripts["advance"](keys=keys.all, args=args))
+        """Move past ``step`` once; ``ADVANCED`` means: kick the next step.
+
+        The same ``delivery`` retrying after a lost reply is told so again.
+        """
+        args: Args = [token, step, compensation, ttl_ms, pending, failure, delivery]
+        return Advanced(await self._call("advance", keys, args))
 
     async def finish(
-        self, keys: ChainKeys, *, token: str, step: int, now_ms: int
+        self, keys: ChainKeys, *, token: str, step: int, failure: str = ""
     ) -> bool:
         """Mark the chain done after its last step; True the first time only."""
-        args: list[str | int] = [token, step, now_ms]
-        return bool(await self._scripts["finish"](keys=keys.all, args=args))
+        return bool(await self._call("finish", keys, [token, step, failure]))
 
     async def fail(
-        self, keys: ChainKeys, *, token: str, step: int, now_ms: int, error: str
+        self, keys: ChainKeys, *, token: str, step: int, error: str, delivery: str
     ) -> list[str] | None:
-        """Stop the chain at ``step``; the compensations to run, or None if not now."""
-        args: list[str | int] = [token, step, now_ms, error]
-        reply = await self._scripts["fail"](keys=keys.all, args=args)
+        """Record the chain failing at ``step``; its compensations, or None."""
+        reply = await self._call("fail", keys, [token, step, error, delivery])
         return [text(c) for c in reply[1:]] if reply[0] == 1 else None
 
-    async def cancel(
-        self, keys: ChainKeys, *, now_ms: int
-    ) -> tuple[int, list[str]] | None:
+    async def failed(self, keys: ChainKeys, *, token: str) -> bool:
+        """A failing chain's error continuation and compensations are kicked."""
+        return bool(await self._call("failed", keys, [token]))
+
+    async def cancel(self, keys: ChainKeys) -> tuple[int, list[str]] | None:
         """Cancel a running chain: (its step, the compensations to run), or None."""
-        reply = await self._scripts["cancel"](keys=keys.all, args=[now_ms])
+        reply = await self._call("cancel", keys, [])
         if reply[0] != 1:
             return None
         return int(reply[1]), [text(c) for c in reply[2:]]
 
+    async def begin_step(
+        self, keys: ChainKeys, *, token: str, step: int, attempt: int, delivery: str
+    ) -> Begin:
+        """May this delivery of a step run (the chain at it, one copy at a time)?"""
+        args: Args = [token, step, attempt, delivery]
+        return Begin(await self._call("begin_step", keys, args))
+
+    async def release_step(
+        self, keys: ChainKeys, *, token: str, step: int, attempt: int
+    ) -> bool:
+        """Give up a step attempt's run lease so that its retry may run."""
+        return bool(await self._call("release_step", keys, [token, step, attempt]))
+
+    async def inspect(self, keys: ChainKeys) -> tuple[dict[str, str], int] | None:
+        """The record and Redis's now (epoch ms); ``None`` if the chain is gone."""
+        reply = await self._call("inspect", keys, [])
+        if not reply:
+            return None
+        return flat_hash(reply[0]), int(reply[1])
+
+    async def redrive(
+        self, keys: ChainKeys, *, token: str, max_redrives: int, ttl_ms: int
+    ) -> tuple[int, str | None]:
+        """Count a re-drive: (re-drives so far, the step's kick to repeat or None)."""
+        reply = await self._call("redrive", keys, [token, max_redrives, ttl_ms])
+        return int(reply[1]), (text(reply[2]) if reply[0] == 1 else None)
+
     async def read(self, keys: ChainKeys) -> dict[str, str]:
         """The whole record ({} when the chain is missing)."""
-        raw = await self._client.hgetall(keys.record)
+        raw = await self._pipeline(lambda pipe: pipe.hgetall(keys.record))
         return {text(k): text(v) for k, v in raw.items()}
 
-    async def read_fields(self, keys: ChainKeys, *fields: str) -> list[str | None]:
-        """Some fields of the record (``None`` where missing)."""
-        values = await self._client.hmget(keys.record, list(fields))
-        return [text(value) if value is not None else None for value in values]
+    async def compensations(self, keys: ChainKeys) -> list[str]:
+        """The compensations of the completed steps, in step order."""
+        raw = await self._pipeline(lambda pipe: pipe.lrange(keys.compensations, 0, -1))
+        return [text(item) for item in raw]

@@ -56,34 +56,27 @@ class GroupScripts:
         keys: GroupKeys,
         *,
         token: str,
-        now_ms: int,
-        deadline_ms: int,
-        expires_ms: int,
         options: Mapping[str, str | int],
         members: Sequence[str],
         planner_lease_ms: int,
-    ) -> tuple[Created, str]:
-        """Write meta (with ``options``) and ledger; the code and the group's token."""
+    ) -> tuple[Created, str, str]:
+        """Write meta (with ``options``) and ledger, times on Redis's clock.
+
+        Returns the code, the group's token and its state.
+        """
         pairs = [value for item in options.items() for value in item]
-        code, group_token, *existing = await self._scripts["create_group"](
+        code, group_token, *state = await self._scripts["create_group"](
             keys=keys.all,
             args=[
                 token,
-                now_ms,
-                deadline_ms,
-                expires_ms,
+                planner_lease_ms,
                 len(options),
                 *pairs,
                 len(members),
                 *members,
             ],
         )
-        if code == Created.EXISTS:
-            planned, created = (text(value) for value in existing)
-            # Still unplanned a lease after creation: its planner died mid-way.
-            if planned != "1" and now_ms - int(created) > planner_lease_ms:
-                code = Created.EXISTS_UNPLANNED
-        return Created(code), text(group_token)
+        return Created(code), text(group_token), text(state[0]) if state else "open"
 
     async def record_outcome(
         self,
@@ -93,19 +86,21 @@ class GroupScripts:
         index: int,
         outcome: Outcome,
         payload: str,
-        now_ms: int,
         lease_ms: int,
         claimant: str,
+        delivery: str,
     ) -> tuple[Recorded, CollectedOutcomes | None]:
         """Record one member's outcome; ``CLAIMED`` means: you finalise.
 
-        The claimant also gets what the finaliser needs (``collect_outcomes``).
+        The claimant also gets what the finaliser needs (``collect_outcomes``);
+        the lease it takes holds ``<claimant>#<delivery>``, and the same
+        ``delivery`` retrying after a lost reply is told ``CLAIMED`` again.
         """
         code, shared = await self.outcomes.record(
             keys.all,
             token,
-            head=(now_ms, lease_ms, claimant),
-            member=(index, outcome.value, payload),
+            head=(lease_ms, claimant),
+            member=(index, outcome.value, payload, delivery),
         )
         recorded = Recorded(code)
         if recorded is Recorded.CLAIMED:
@@ -128,20 +123,19 @@ class GroupScripts:
         keys: GroupKeys,
         *,
         token: str,
-        now_ms: int,
         dispatched: str,
         tombstone_ms: int,
         claimant: str,
     ) -> bool:
         """Note which continuation was enqueued and release the lease if ours."""
-        args = [token, now_ms, dispatched, tombstone_ms, claimant]
+        args = [token, dispatched, tombstone_ms, claimant]
         return bool(await self._scripts["mark_dispatched"](keys=keys.all, args=args))
 
     async def mark_completed(
-        self, keys: GroupKeys, *, token: str, now_ms: int, tombstone_ms: int
+        self, keys: GroupKeys, *, token: str, tombstone_ms: int
     ) -> bool:
         """Shrink a group whose continuation ran to a tombstone."""
-        args = [token, now_ms, tombstone_ms]
+        args = [token, tombstone_ms]
         return bool(await self._scripts["mark_completed"](keys=keys.all, args=args))
 
     async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
@@ -149,19 +143,19 @@ class GroupScripts:
         return replies.inspected(await self._scripts["inspect_group"](keys=keys.all))
 
     async def redrive_group(
-        self, keys: GroupKeys, *, token: str, now_ms: int, max_redrives: int
+        self, keys: GroupKeys, *, token: str, max_redrives: int
     ) -> Redriven:
         """Record a re-drive and read the ledger entries of the missing members."""
-        args = [token, now_ms, max_redrives]
+        args = [token, max_redrives]
         return replies.redriven(
             await self._scripts["redrive_group"](keys=keys.all, args=args)
         )
 
     async def give_up(
-        self, keys: GroupKeys, *, token: str, now_ms: int, lease_ms: int, claimant: str
+        self, keys: GroupKeys, *, token: str, lease_ms: int, claimant: str
     ) -> int | None:
         """Mark the missing members lost and claim; ``None`` if not open."""
-        args = [token, now_ms, lease_ms, claimant]
+        args = [token, lease_ms, claimant]
         reply = await self._scripts["give_up"](keys=keys.all, args=args)
         return int(reply[1]) if reply[0] == 1 else None
 
@@ -169,24 +163,25 @@ class GroupScripts:
         """Delete ``lock_key`` if ``holder`` still holds it."""
         return bool(await self._scripts["release_lock"](keys=[lock_key], args=[holder]))
 
-    async def cancel_group(self, keys: GroupKeys, *, now_ms: int) -> bool:
+    async def cancel_group(self, keys: GroupKeys, *, tombstone_ms: int) -> bool:
         """Cancel an open group; False if it is missing or not open."""
-        return bool(await self._scripts["cancel_group"](keys=keys.all, args=[now_ms]))
+        args = [tombstone_ms]
+        return bool(await self._scripts["cancel_group"](keys=keys.all, args=args))
 
     async def begin_continuation(
-        self, keys: GroupKeys, *, token: str, now_ms: int, attempt: int
+        self, keys: GroupKeys, *, token: str, attempt: int, delivery: str
     ) -> Begin:
         """May this delivery of the continuation run (one copy at a time)?"""
-        args = [token, now_ms, attempt]
+        args = [token, attempt, delivery]
         return Begin(
             await self._scripts["begin_continuation"](keys=keys.all, args=args)
         )
 
     async def reclaim_finaliser(
-        self, keys: GroupKeys, *, token: str, now_ms: int, lease_ms: int, claimant: str
+        self, keys: GroupKeys, *, token: str, lease_ms: int, claimant: str
     ) -> bool:
         """Take over a claimed group whose finaliser's lease ran out."""
-        args = [token, now_ms, lease_ms, claimant]
+        args = [token, lease_ms, claimant]
         return bool(await self._scripts["reclaim_finaliser"](keys=keys.all, args=args))
 
     async def release_continuation(
@@ -197,3 +192,18 @@ class GroupScripts:
         return bool(
             await self._scripts["release_continuation"](keys=keys.all, args=args)
         )
+
+    async def schedule(
+        self, index: str, item: str, *, after_ms: int, mode: str
+    ) -> bool:
+        """Put ``item`` in a sweep ``index``, due ``after_ms`` from Redis's now.
+
+        ``mode``: ``nx`` only a new entry, ``xx`` only an existing one, ``set``.
+        """
+        args = [mode, item, after_ms]
+        return bool(await self._scripts["schedule"](keys=[index], args=args))
+
+    async def due(self, index: str, *, batch: int) -> tuple[int, list[str]]:
+        """Redis's now (epoch ms), and up to ``batch`` entries of ``index`` due."""
+        now, *due = await self._scripts["schedule"](keys=[index], args=["due", batch])
+        return int(now), [text(item) for item in due]

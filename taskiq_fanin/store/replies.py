@@ -17,7 +17,7 @@ class Created(enum.IntEnum):
     CREATED = 1
     EXISTS = 2
     #: It exists, but its planner died before dispatching every member (it has
-    #: not finished a finaliser lease after the group's creation).
+    #: not been planned a planner lease after its creation).
     EXISTS_UNPLANNED = 3
 
 
@@ -65,6 +65,8 @@ class Inspected:
     meta: dict[str, str]
     lease_held: bool
     missing: list[int]
+    #: Redis's clock when it was read (epoch ms): the meta's times are on it.
+    now_ms: int
 
 
 @dataclass(frozen=True)
@@ -116,13 +118,19 @@ def inspected(reply: list[Any]) -> Inspected | None:
     """``inspectGroup``'s reply; ``None`` when the group is gone."""
     if not reply:
         return None
-    meta, lease_held, missing = reply
-    fields = [text(value) for value in meta]
+    meta, lease_held, missing, now = reply
     return Inspected(
-        meta=dict(zip(fields[::2], fields[1::2], strict=True)),
+        meta=flat_hash(meta),
         lease_held=bool(lease_held),
         missing=[int(index) for index in missing],
+        now_ms=int(now),
     )
+
+
+def flat_hash(flat: list[Any]) -> dict[str, str]:
+    """A hash read as a flat field/value list, as text."""
+    fields = [text(value) for value in flat]
+    return dict(zip(fields[::2], fields[1::2], strict=True))
 
 
 def redriven(reply: list[Any]) -> Redriven:

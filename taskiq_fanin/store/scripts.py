@@ -2,14 +2,18 @@
 
 Each script lives in ``lua/<verbNoun>-<number of keys>.lua`` and is registered
 once per client with redis-py's ``register_script`` (EVALSHA, reloaded on
-NOSCRIPT). Every key goes in through KEYS and the clock through ARGV, which keeps
-the scripts Cluster-safe and testable.
+NOSCRIPT), behind ``lua/prelude.lua``: Redis's clock (``TIME``: no script is
+given a caller's clock) and the state tables of ``model/states.py``. Every key
+goes in through KEYS, which keeps the scripts Cluster-safe.
 """
 
+from functools import cache
 from importlib import resources
 
 from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
+
+from taskiq_fanin.model.states import lua_table
 
 RedisClient = Redis | RedisCluster
 
@@ -29,6 +33,7 @@ GROUP_SCRIPT_FILES = {
     "reclaim_finaliser": "reclaimFinaliser-7.lua",
     "release_continuation": "releaseContinuation-7.lua",
     "release_lock": "releaseLock-1.lua",
+    "schedule": "scheduleGroup-1.lua",
 }
 #: The scripts of a chain's workflow record; they take its 2 keys.
 CHAIN_SCRIPT_FILES = {
@@ -36,15 +41,29 @@ CHAIN_SCRIPT_FILES = {
     "advance": "advanceChain-2.lua",
     "finish": "finishChain-2.lua",
     "fail": "failChain-2.lua",
+    "failed": "failedChain-2.lua",
     "cancel": "cancelChain-2.lua",
+    "begin_step": "beginStep-2.lua",
+    "release_step": "releaseStep-2.lua",
+    "inspect": "inspectChain-2.lua",
+    "redrive": "redriveChain-2.lua",
 }
 #: Every script the package ships.
 SCRIPT_FILES = {**GROUP_SCRIPT_FILES, **CHAIN_SCRIPT_FILES}
 
 
 def read_script(filename: str) -> str:
-    """The source of a packaged Lua script."""
+    """A packaged Lua script as it is loaded: behind the shared prelude."""
+    return _prelude() + _source(filename)
+
+
+def _source(filename: str) -> str:
     return resources.files(__package__).joinpath("lua").joinpath(filename).read_text()
+
+
+@cache
+def _prelude() -> str:
+    return _source("prelude.lua").replace("__MOVES__", lua_table()) + "\n"
 
 
 def register(client: RedisClient, files: dict[str, str]) -> dict[str, AsyncScript]:

@@ -1,79 +1,118 @@
-"""The sweep's look at chains: report those whose step has not moved in time.
+"""The sweep's look at chains: those whose step has not moved in time.
 
-A chain stops if a worker dies between its record moving on and the next
-step's kick; reported, it does not stay silent.
+A chain stops if a worker dies between its record moving on and the next step's
+kick, or between its failure being recorded and its error continuation and
+compensations being kicked. Each chain is judged from its own record, by the
+step span recorded with it and on Redis's clock; one that cannot be handled is
+logged and looked at again later, and the others are handled.
 """
 
-from taskiq_fanin.chains import launch, record
+import json
+import logging
+
+from taskiq_fanin.chains import launch, record, saga
 from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups import index
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.results import ChainState, SweepPolicy
-from taskiq_fanin.store.keys import chain_index_key
-from taskiq_fanin.store.scripts import text
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
+
+logger = logging.getLogger("taskiq_fanin.sweep")
 
 
 async def sweep_chains(
     ctx: FanInContext,
     *,
-    now: int,
     override: SweepPolicy | None,
     dry_run: bool,
     batch: int,
 ) -> tuple[int, list[Finding]]:
-    """Examine up to ``batch`` due chains: how many, and the stuck ones found.
+    """Examine up to ``batch`` due chains: how many, and the findings.
 
-    With the ``redrive`` policy (the caller's, else the middleware's default) a
-    stuck chain's current step is kicked again as it was recorded, at most
-    ``max_redrives`` times; any other policy reports it.
+    A chain left ``failing`` is finished (its error continuation and
+    compensations kicked). A running chain stuck at a step is reported; with the
+    ``redrive`` policy (the caller's, else the middleware's default) its step is
+    kicked again as it was recorded, at most ``max_redrives`` times.
     """
     redrive = (override or ctx.config.sweep_policy) is SweepPolicy.REDRIVE
-    index = chain_index_key(ctx.config.prefix)
-    due = await ctx.redis.zrangebyscore(index, "-inf", now, start=0, num=batch)
-    deadline_ms = ms(ctx.config.deadline)
+    _, due = await index.due(ctx, batch, chains=True)
     findings: list[Finding] = []
-    for raw in due:
-        chain_id = text(raw)
-        status = await record.status(ctx, chain_id)
-        if status.state is not ChainState.RUNNING:
-            if not dry_run:  # over, or expired: nothing left to watch
-                await ctx.redis.zrem(index, chain_id)
-            continue
-        moved_ms = int(status.updated.timestamp() * 1000) if status.updated else now
-        if moved_ms + deadline_ms > now:
+    for chain_id in due:
+        try:
+            finding = await _judge(ctx, chain_id, redrive=redrive, dry_run=dry_run)
+        except Exception:
+            # One chain that cannot be handled must not block the others.
+            logger.exception("Sweep of chain %s failed", chain_id)
             if not dry_run:
-                await ctx.redis.zadd(index, {chain_id: moved_ms + deadline_ms})
+                await index.reschedule(ctx, chain_id, ms(ctx.config.lease), chains=True)
             continue
-        finding = Finding(
-            group_id=chain_id,
-            kind=FindingKind.CHAIN_STUCK,
-            action=SweepAction.REDRIVE if redrive else SweepAction.REPORT,
-            applied=False,
-            state=status.state.value,
-            total=status.steps,
-            done=status.step,
-            overdue_seconds=(now - moved_ms - deadline_ms) / 1000,
-            age_seconds=(now - int(status.started.timestamp() * 1000)) / 1000
-            if status.started
-            else 0.0,
-            note=f"at step {status.step} ({status.current})",
-        )
-        findings.append(finding)
-        if dry_run:
-            continue
-        look_again = now  # seen in turn with the others at the next sweep
-        if redrive:
-            keys = record.keys_of(ctx, chain_id)
-            redrives = await ctx.redis.hincrby(keys.record, "redrives", 1)
-            if redrives <= ctx.config.max_redrives and await launch.redrive(
-                ctx, chain_id
-            ):
-                finding.applied = True
-                finding.redrives = redrives
-                look_again = now + deadline_ms
-            else:
-                finding.note += f"; not re-driven ({redrives - 1} re-drives used)"
-        else:
-            finding.applied = True
-        await ctx.redis.zadd(index, {chain_id: look_again})
+        if finding is not None:
+            findings.append(finding)
     return len(due), findings
+
+
+async def _judge(
+    ctx: FanInContext, chain_id: str, *, redrive: bool, dry_run: bool
+) -> Finding | None:
+    keys = record.keys_of(ctx, chain_id)
+    found = await ctx.chain_scripts.inspect(keys)
+    state = ChainState(found[0]["state"]) if found else ChainState.MISSING
+    if found is None or state not in (ChainState.RUNNING, ChainState.FAILING):
+        if not dry_run:  # over, or expired: nothing left to watch
+            await index.remove(ctx, chain_id, chains=True)
+        return None
+    fields, now = found
+    span = int(fields["span"]) if state is ChainState.RUNNING else ms(ctx.config.lease)
+    due_at = int(fields["updated"]) + span
+    if due_at > now:
+        if not dry_run:
+            await index.reschedule(ctx, chain_id, due_at - now, chains=True)
+        return None
+    step = int(fields["step"])
+    names = json.loads(fields["names"])
+    finding = Finding(
+        group_id=chain_id,
+        kind=FindingKind.CHAIN_STUCK,
+        action=SweepAction.REDRIVE if redrive else SweepAction.REPORT,
+        applied=False,
+        state=state.value,
+        total=int(fields["steps"]),
+        done=step,
+        overdue_seconds=(now - due_at) / 1000,
+        age_seconds=(now - int(fields["started"])) / 1000,
+        redrives=int(fields.get("redrives", 0)),
+        note=f"at step {step} ({names[step] if step < len(names) else 'end'})",
+    )
+    if state is ChainState.FAILING:
+        finding.kind, finding.action = FindingKind.CHAIN_FAILING, SweepAction.FINISH
+    if dry_run:
+        return finding
+    await _act(ctx, chain_id, finding, fields)
+    return finding
+
+
+async def _act(
+    ctx: FanInContext, chain_id: str, finding: Finding, fields: dict[str, str]
+) -> None:
+    look_again = 0  # seen in turn with the others at the next sweep
+    if finding.action is SweepAction.FINISH:
+        await saga.finish_failing(ctx, chain_id, fields.get("pending", ""))
+        finding.applied = True
+        return
+    if finding.action is SweepAction.REDRIVE:
+        redrives, pending = await ctx.chain_scripts.redrive(
+            record.keys_of(ctx, chain_id),
+            token=fields["token"],
+            max_redrives=ctx.config.max_redrives,
+            ttl_ms=ms(ctx.config.ttl),
+        )
+        finding.redrives = redrives
+        if pending:
+            await launch.repeat(ctx, pending)
+            finding.applied = True
+            look_again = int(fields["span"])
+        else:
+            finding.note += f"; not re-driven ({redrives} re-drives used)"
+    else:
+        finding.applied = True
+    await index.reschedule(ctx, chain_id, look_again, chains=True)

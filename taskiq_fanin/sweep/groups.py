@@ -30,7 +30,6 @@ async def judge(
     ctx: FanInContext,
     group_id: str,
     *,
-    now: int,
     override: SweepPolicy | None,
     dry_run: bool,
 ) -> Finding | None:
@@ -47,7 +46,7 @@ async def judge(
             applied=not dry_run,
             state=state.value,
         )
-    meta = inspected.meta
+    meta, now = inspected.meta, inspected.now_ms
     due_at = _due_at(meta, state)
     leased = (state is GroupState.CLAIMED and inspected.lease_held) or (
         state is GroupState.RUNNING and int(meta.get("run_until", 0)) > now
@@ -55,8 +54,8 @@ async def judge(
     if due_at > now or leased:
         # Not stuck after all (the index is only a hint): look again later.
         if not dry_run:
-            lease_end = now + ms(ctx.config.lease)
-            await index.reschedule(ctx, group_id, max(due_at, lease_end))
+            after = max(due_at - now, ms(ctx.config.lease))
+            await index.reschedule(ctx, group_id, after)
         return None
     finding = _finding(group_id, state, inspected, now, due_at)
     if state is GroupState.CLAIMED:
@@ -75,7 +74,7 @@ async def judge(
         finding.action = SweepAction((override or SweepPolicy(meta["sweep"])).value)
     if dry_run:
         return finding
-    await _act(ctx, finding, meta, now)
+    await _act(ctx, finding, meta)
     return finding
 
 
@@ -108,20 +107,15 @@ def _finding(
     )
 
 
-async def _act(
-    ctx: FanInContext,
-    finding: Finding,
-    meta: dict[str, str],
-    now: int,
-) -> None:
+async def _act(ctx: FanInContext, finding: Finding, meta: dict[str, str]) -> None:
     keys = GroupKeys(ctx.config.prefix, finding.group_id)
     token, action = meta["token"], finding.action
     # A group left as it was goes to the back of the due queue: every stuck group
     # is seen in turn, however many there are.
-    look_again = now
+    look_again = 0
     if action is SweepAction.REDRIVE:
         redriven = await ctx.scripts.redrive_group(
-            keys, token=token, now_ms=now, max_redrives=ctx.config.max_redrives
+            keys, token=token, max_redrives=ctx.config.max_redrives
         )
         finding.redrives = redriven.redrives
         if redriven.redriven:
@@ -137,19 +131,15 @@ async def _act(
             )
             metrics.MEMBERS_REDRIVEN.inc(len(members))
             finding.applied = True
-            look_again = max(look_again, now + int(meta["span"]))  # its new deadline
+            look_again = int(meta["span"])  # its new deadline
         else:
             finding.note = f"not re-driven: {redriven.redrives} re-drives used"
     elif action is SweepAction.GIVE_UP:
         lost = await ctx.scripts.give_up(
-            keys,
-            token=token,
-            now_ms=now,
-            lease_ms=ms(ctx.config.lease),
-            claimant=CLAIMANT,
+            keys, token=token, lease_ms=ms(ctx.config.lease), claimant=SWEEP_CLAIMANT
         )
         if lost is not None:
-            await finalise(ctx, finding.group_id, token)
+            await finalise(ctx, finding.group_id, token, claimant=SWEEP_CLAIMANT)
             finding.applied = True
             return
         finding.note = "no longer open"
@@ -158,7 +148,6 @@ async def _act(
             await ctx.scripts.reclaim_finaliser(
                 keys,
                 token=token,
-                now_ms=now,
                 lease_ms=ms(ctx.config.lease),
                 claimant=SWEEP_CLAIMANT,
             )

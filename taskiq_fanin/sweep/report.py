@@ -18,8 +18,11 @@ class FindingKind(str, enum.Enum):
     CONTINUATION_OVERDUE = "continuation_overdue"
     #: The index names a group that expired or completed: the entry is pruned.
     GONE = "gone"
-    #: A chain still running whose step has not moved within the deadline.
+    #: A chain still running whose step has not moved within its span.
     CHAIN_STUCK = "chain_stuck"
+    #: A chain whose failure was recorded, but whose error continuation and
+    #: compensations were not all kicked (its worker died in between).
+    CHAIN_FAILING = "chain_failing"
 
 
 class SweepAction(str, enum.Enum):
@@ -30,6 +33,8 @@ class SweepAction(str, enum.Enum):
     GIVE_UP = "give_up"
     REDISPATCH = "redispatch"
     PRUNE = "prune"
+    #: Kick a failing chain's error continuation and compensations, end it.
+    FINISH = "finish"
 
 
 class Finding(BaseModel):

@@ -65,25 +65,22 @@ async def _examine(
     batch: int,
 ) -> SweepReport:
     """Judge (and unless ``dry_run``, act on) up to ``batch`` due groups and chains."""
-    now = ctx.now_ms()
-    due = await index.due(ctx, now, batch)
+    _, due = await index.due(ctx, batch)
     report = SweepReport(dry_run=dry_run, examined=len(due))
     for group_id in due:
         try:
-            finding = await judge(
-                ctx, group_id, now=now, override=override, dry_run=dry_run
-            )
+            finding = await judge(ctx, group_id, override=override, dry_run=dry_run)
         except Exception:
             # One group that cannot be handled must not block every later sweep:
             # it goes to the back of the queue, and the others are handled.
             logger.exception("Sweep of group %s failed", group_id)
             if not dry_run:
-                await index.reschedule(ctx, group_id, now + ms(ctx.config.lease))
+                await index.reschedule(ctx, group_id, ms(ctx.config.lease))
             continue
         if finding is not None:
             report.findings.append(finding)
     examined, chains = await sweep_chains(
-        ctx, now=now, override=override, dry_run=dry_run, batch=batch
+        ctx, override=override, dry_run=dry_run, batch=batch
     )
     report.examined += examined
     report.findings.extend(chains)

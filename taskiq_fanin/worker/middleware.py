@@ -6,47 +6,44 @@ The public verbs (``group``, ``chain``, ``status``, ...) live in ``api``.
 """
 
 import logging
+import secrets
 from typing import Any
 
-from redis.asyncio import Redis
 from taskiq import (
     AsyncBroker,
-    NoResultError,
     TaskiqMessage,
     TaskiqMiddleware,
     TaskiqResult,
 )
 
-from taskiq_fanin.chains import launch, progress, record, saga, tasks
-from taskiq_fanin.chains.cursor import ChainCursor
+from taskiq_fanin.chains import launch, tasks
 from taskiq_fanin.context import FanInContext, current_run
-from taskiq_fanin.groups import continuation
-from taskiq_fanin.groups.recording import record_member
 from taskiq_fanin.model.config import (
     DEFAULT_DEADLINE_SECONDS,
     DEFAULT_DISPATCH_CONCURRENCY,
     DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_GROUP_SIZE,
+    DEFAULT_MAX_MEMBER_BYTES,
     DEFAULT_MAX_REDRIVES,
     DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_PREFIX,
+    DEFAULT_RETRY_FOR,
+    DEFAULT_SOCKET_TIMEOUT,
     DEFAULT_TOMBSTONE_SECONDS,
     DEFAULT_TTL_SECONDS,
     FanInConfig,
     choice,
 )
 from taskiq_fanin.model.errors import MiddlewareNotFoundError
-from taskiq_fanin.model.labels import (
-    CANCELLABLE_LABEL,
-    ContinuationRef,
-    MemberRef,
-    attempt_of,
-)
 from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
+from taskiq_fanin.store.client import connect
 from taskiq_fanin.store.outcome_batching import OutcomeBatching
 from taskiq_fanin.store.scripts import RedisClient
-from taskiq_fanin.worker import skipping
+from taskiq_fanin.worker import guard, skipping
+from taskiq_fanin.worker.recording import Recording
+from taskiq_fanin.worker.retrying import retrying
 
 logger = logging.getLogger("taskiq_fanin")
 
@@ -75,7 +72,11 @@ class FanInMiddleware(TaskiqMiddleware):
         tombstone_ttl: float = DEFAULT_TOMBSTONE_SECONDS,
         max_group_size: int = DEFAULT_MAX_GROUP_SIZE,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
         dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
+        retry_for: float = DEFAULT_RETRY_FOR,
         outcome_batching: OutcomeBatching | None = None,
     ) -> None:
         """Configure; nothing connects until the broker starts.
@@ -100,7 +101,15 @@ class FanInMiddleware(TaskiqMiddleware):
         :param max_group_size: the widest group one call may plan.
         :param max_result_bytes: member results larger than this (as JSON) are not
             kept (the member still counts); error messages are cut to this size.
+        :param max_member_bytes: a member whose arguments (as JSON, in the
+            ledger) are larger is refused before anything is written.
         :param dispatch_concurrency: member kicks a planner keeps in flight.
+        :param max_connections: connections the client built from a URL opens
+            at most; more callers wait for one (``store/client.py``).
+        :param socket_timeout: seconds a command may take before Redis counts
+            as away (the client built from a URL).
+        :param retry_for: seconds a worker's hook retries while Redis is away
+            before it leaves its message unacknowledged, to come back.
         :param outcome_batching: tuning of how members' outcomes share script
             calls (``OutcomeBatching``); the defaults are the measured ones.
         """
@@ -118,6 +127,10 @@ class FanInMiddleware(TaskiqMiddleware):
             sweep_policy=choice("sweep_policy", SweepPolicy, sweep_policy),
             max_redrives=max_redrives,
             max_depth=max_depth,
+            max_member_bytes=max_member_bytes,
+            max_connections=max_connections,
+            socket_timeout=socket_timeout,
+            retry_for=retry_for,
         )
         self._batching = outcome_batching
         self._url = redis if isinstance(redis, str) else None
@@ -134,7 +147,11 @@ class FanInMiddleware(TaskiqMiddleware):
     async def startup(self) -> None:
         """Connect (for a URL), register the scripts and build the context."""
         if self._url is not None and self._client is None:
-            self._client = Redis.from_url(self._url)
+            self._client = connect(
+                self._url,
+                max_connections=self.config.max_connections,
+                socket_timeout=self.config.socket_timeout,
+            )
         if self._client is not None and self._context is None:
             self._context = FanInContext.create(
                 self.config,
@@ -163,44 +180,36 @@ class FanInMiddleware(TaskiqMiddleware):
     # -- worker hooks -----------------------------------------------------------
 
     async def pre_execute(self, message: TaskiqMessage) -> TaskiqMessage:
-        """Remember the message; skip what must not run (already ran, cancelled)."""
+        """Let the body run only if it may: its run lease granted, not cancelled.
+
+        Fails closed: while Redis is away the guard is retried; if it still
+        cannot be asked, this raises and the message stays unacknowledged.
+        """
         skipping.reset_skip()  # never inherit a flag (brokers may run messages inline)
         ctx = self._context
         if ctx is None:
             return message
         current_run.set((ctx, message))
         ctx.outcomes.member_started(message)
+        delivery = secrets.token_hex(4)
         try:
-            if not await self._may_run(ctx, message):
-                skipping.skip_current_message(self.broker, message)
-        except Exception:
-            logger.exception("Task %s: the run guard failed", message.task_id)
-        return message
-
-    async def _may_run(self, ctx: FanInContext, message: TaskiqMessage) -> bool:
-        ref = ContinuationRef.from_labels(message.labels)
-        attempt = attempt_of(message.labels)
-        if ref is not None and not await continuation.may_run(
-            ctx, ref, attempt=attempt
-        ):
-            logger.info(
-                "Group %s: continuation ran or is running; skipped", ref.group_id
+            may_run = await retrying(
+                lambda: guard.may_run(ctx, message, delivery=delivery),
+                retry_for=ctx.config.retry_for,
+                what=f"Task {message.task_id}: the run guard",
             )
-            return False
-        cursor = ChainCursor.from_labels(message.labels)
-        if cursor is not None and not await record.step_may_run(
-            ctx, cursor.id, cursor.index
-        ):
-            logger.info("Chain %s: step %d skipped", cursor.id, cursor.index)
-            await saga.skipped(ctx, cursor, continuation=ref is not None)
-            return False
-        if CANCELLABLE_LABEL not in message.labels:
-            return True
-        member = MemberRef.from_labels(message.labels)
-        if member is not None and await continuation.is_cancelled(ctx, member):
-            logger.info("Group %s: cancelled; member skipped", member.group_id)
-            return False
-        return True
+        except BaseException:
+            logger.exception(
+                "Task %s: the run guard could not be asked; not run, and its "
+                "message is left unacknowledged to come back",
+                message.task_id,
+            )
+            current_run.set(None)
+            ctx.outcomes.member_ended(message)
+            raise
+        if not may_run:
+            skipping.skip_current_message(self.broker, message)
+        return message
 
     async def post_execute(
         self, message: TaskiqMessage, result: TaskiqResult[Any]
@@ -208,7 +217,9 @@ class FanInMiddleware(TaskiqMiddleware):
         """Record a member's final outcome; carry a chain on; complete a continuation.
 
         An attempt the retry middleware will repeat carries ``NoResultError`` and
-        records nothing: only the last attempt counts.
+        records nothing: only the last attempt counts. While Redis is away this
+        retries; if it still cannot record, it raises and the message stays
+        unacknowledged to come back (recording is idempotent).
         """
         current_run.set(None)
         skipped = skipping.reset_skip()
@@ -216,39 +227,19 @@ class FanInMiddleware(TaskiqMiddleware):
         if ctx is None:
             return
         member = ctx.outcomes.member_finishing(message)
+        recording = Recording(ctx, message, result, member, skipped=skipped)
         try:
-            await self._record(ctx, message, result, member, skipped=skipped)
+            await retrying(
+                recording.run,
+                retry_for=ctx.config.retry_for,
+                what=f"Task {message.task_id}: recording its outcome",
+            )
+        except BaseException:
+            logger.exception(
+                "Task %s: its outcome could not be recorded; its message is left "
+                "unacknowledged to come back",
+                message.task_id,
+            )
+            raise
         finally:
             ctx.outcomes.member_ended(message)
-
-    async def _record(
-        self,
-        ctx: FanInContext,
-        message: TaskiqMessage,
-        result: TaskiqResult[Any],
-        member: MemberRef | None,
-        *,
-        skipped: bool,
-    ) -> None:
-        """What ``post_execute`` records for a member, a chain step, a continuation."""
-        ref = ContinuationRef.from_labels(message.labels)
-        attempt = attempt_of(message.labels)
-        try:
-            if isinstance(result.error, NoResultError):
-                if ref is not None and not skipped:
-                    # Its retry is on the way (it takes the lease over if it starts
-                    # first); a redelivery of this attempt may run once released.
-                    await continuation.release(ctx, ref, attempt=attempt)
-                return
-            if member is not None:
-                await record_member(ctx, member, result)
-            # A chain is carried on before the group whose continuation this step
-            # is completes: a crash in between leaves it to be redelivered.
-            cursor = ChainCursor.from_labels(message.labels)
-            if cursor is not None:
-                await progress.step_finished(ctx, cursor, result)
-            if ref is not None:
-                await continuation.complete(ctx, ref)
-        except Exception:
-            # taskiq would swallow it anyway; the sweep recovers what was not recorded.
-            logger.exception("Recording the outcome of task %s failed", message.task_id)

@@ -1,22 +1,25 @@
 --[[
   Step ARGV[2] finished: move the chain to the next step, exactly once however
-  often the step ran, and remember how to undo the step.
+  often the step ran, and remember how to undo the step (or, in a chain that
+  keeps going past failures, the step's failure).
 
   KEYS[1] record
   KEYS[2] comps
 
   ARGV[1] token
   ARGV[2] step          index of the step that finished
-  ARGV[3] now           epoch ms
-  ARGV[4] compensation  the step's compensating signature (JSON) or ''
-  ARGV[5] ttl           ms the record lives from now
-  ARGV[6] pending       the next step's kick (JSON), for the sweep to repeat if lost
+  ARGV[3] compensation  the step's compensating signature (JSON) or ''
+  ARGV[4] ttl           ms the record lives from now
+  ARGV[5] pending       the next step's kick (JSON), for the sweep to repeat if lost
+  ARGV[6] failure       the step's error summary (JSON) when it failed, or ''
+  ARGV[7] delivery      this delivery of the step (random), the same when it retries
 
-  Returns 1 when advanced (kick the next step), 2 when the step was already
-  advanced past (a duplicate), 3 when the chain is cancelled, 0 when the chain
-  is missing, not this token's, or over.
+  Returns 1 when advanced (kick the next step), or advanced by this very
+  delivery before (its reply was lost: kick it again); 2 when the step was
+  already advanced past by another (a duplicate); 3 when the chain is
+  cancelled; 0 when the chain is missing, not this token's, or over.
 ]]
-local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step')
+local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by')
 if record[1] ~= ARGV[1] then
   return 0
 end
@@ -27,13 +30,19 @@ if record[2] ~= 'running' then
   return 0
 end
 if tonumber(record[3]) ~= tonumber(ARGV[2]) then
+  if tonumber(record[3]) == tonumber(ARGV[2]) + 1 and record[4] == ARGV[7] then
+    return 1
+  end
   return 2
 end
-redis.call('HSET', KEYS[1], 'step', tonumber(ARGV[2]) + 1, 'updated', ARGV[3],
-  'pending', ARGV[6])
-if ARGV[4] ~= '' then
-  redis.call('RPUSH', KEYS[2], ARGV[4])
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+redis.call('HSET', KEYS[1], 'step', tonumber(ARGV[2]) + 1, 'updated', now_ms(),
+  'pending', ARGV[5], 'moved_by', ARGV[7])
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[1], 'failure:' .. ARGV[2], ARGV[6])
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
+if ARGV[3] ~= '' then
+  redis.call('RPUSH', KEYS[2], ARGV[3])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return 1

@@ -5,16 +5,14 @@
   KEYS[1] record
   KEYS[2] comps
 
-  ARGV[1] now     epoch ms
-
-  Returns {1, step, compensation, ...} (in step order) when cancelled now, {0} when the chain
-  is missing or already over.
+  Returns {1, step, compensation, ...} (in step order) when cancelled now, {0}
+  when the chain is missing or not running.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'state', 'step')
 if record[1] ~= 'running' then
   return {0}
 end
-redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', ARGV[1])
+move(KEYS[1], 'chain', 'running', 'cancelled', 'updated', now_ms())
 local reply = redis.call('LRANGE', KEYS[2], 0, -1)
 table.insert(reply, 1, tonumber(record[2]))
 table.insert(reply, 1, 1)

@@ -1,18 +1,20 @@
 --[[
-  Cancel an open group: no continuation will run. Members still record their
-  outcomes into nothing (the group is no longer open), and members of a group
-  planned as cancellable see the state before they run and do not run.
+  Cancel an open group: no continuation will run, and the group shrinks to its
+  meta, kept a tombstone's time. Members still record their outcomes into
+  nothing (the group is no longer open), and members of a group planned as
+  cancellable see the state before they run and do not run.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
 
-  ARGV[1] now       epoch ms
+  ARGV[1] tombstone  ms to keep the meta
 
   Returns 1 when cancelled now, 0 when the group is missing or not open.
 ]]
 if redis.call('HGET', KEYS[1], 'state') ~= 'open' then
   return 0
 end
-redis.call('HSET', KEYS[1], 'state', 'cancelled', 'cancelled_at', ARGV[1])
-redis.call('DEL', KEYS[7])
+move(KEYS[1], 'group', 'open', 'cancelled', 'cancelled_at', now_ms())
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1

@@ -1,39 +1,49 @@
 --[[
   Plan a group: write its meta and its ledger in one step, before any member is
   dispatched (invariant 1). Planning the same group id twice changes nothing.
+  Times are Redis's own: the deadline and the expiry are durations from now.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
 
   ARGV[1] token             random per group; members carry it in their labels
-  ARGV[2] now               epoch ms
-  ARGV[3] deadline          epoch ms
-  ARGV[4] expires           epoch ms: when every key of the group expires
-  ARGV[5] options           how many name/value pairs follow: the group's options
-                            (continuations, policies, span, ttl, depth,
-                            cancellable), written into the meta as they are
-  ARGV[6 .. 5 + 2 * options]        name, value, name, value, ...
-  ARGV[6 + 2 * options]             total: number of members
-  ARGV[7 + 2 * options .. ]         member 0 .. total - 1, serialized
+  ARGV[2] planner lease     ms after which an unplanned group's planner is dead
+  ARGV[3] options           how many name/value pairs follow: the group's options
+                            as its meta keeps them (continuations, policies,
+                            span: ms to the deadline, ttl: ms every key lives,
+                            depth, cancellable)
+  ARGV[4 .. 3 + 2 * options]        name, value, name, value, ...
+  ARGV[4 + 2 * options]             total: number of members
+  ARGV[5 + 2 * options .. ]         member 0 .. total - 1, serialized
 
-  Returns {1, token} when created, {2, token, planned, created} when the group
-  exists (planned is '0' while its planner dispatches, or if it died doing so).
+  Returns {1, token} when created; {2, token, state} when the group exists;
+  {3, token, state} when it exists unplanned and either its planner died (it has
+  not been planned a planner lease after its creation) or this is its planner
+  again (the same token: a planner retrying), to dispatch what it has not.
 ]]
-local existing = redis.call('HMGET', KEYS[1], 'token', 'planned', 'created')
+local now = now_ms()
+local existing = redis.call('HMGET', KEYS[1], 'token', 'planned', 'created', 'state')
 if existing[1] then
-  return {2, existing[1], existing[2], existing[3]}
+  if existing[2] ~= '1' and (existing[1] == ARGV[1]
+      or now - tonumber(existing[3]) > tonumber(ARGV[2])) then
+    return {3, existing[1], existing[4]}
+  end
+  return {2, existing[1], existing[4]}
 end
 
-local options = tonumber(ARGV[5])
-local total = tonumber(ARGV[6 + 2 * options])
-local first_member = 7 + 2 * options
-redis.call('HSET', KEYS[1],
-  'token', ARGV[1], 'state', 'open', 'created', ARGV[2], 'deadline', ARGV[3],
-  'expires', ARGV[4], 'total', total,
-  'done_count', 0, 'failed_count', 0, 'planned', 0, 'redrives', 0)
-if options > 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 6, 5 + 2 * options))
+local options = tonumber(ARGV[3])
+local total = tonumber(ARGV[4 + 2 * options])
+local first_member = 5 + 2 * options
+local span, ttl
+for i = 4, 3 + 2 * options, 2 do
+  if ARGV[i] == 'span' then span = tonumber(ARGV[i + 1]) end
+  if ARGV[i] == 'ttl' then ttl = tonumber(ARGV[i + 1]) end
 end
+redis.call('HSET', KEYS[1],
+  'token', ARGV[1], 'state', 'open', 'created', now, 'deadline', now + span,
+  'expires', now + ttl, 'total', total,
+  'done_count', 0, 'failed_count', 0, 'planned', 0, 'redrives', 0,
+  unpack(ARGV, 4, 3 + 2 * options))
 
 -- HSET in slices: unpack() of a very wide group would overflow Lua's C stack.
 local slice = 500
@@ -47,6 +57,6 @@ for first = 0, total - 1, slice do
   redis.call('HSET', KEYS[2], unpack(fields))
 end
 
-redis.call('PEXPIREAT', KEYS[1], ARGV[4])
-redis.call('PEXPIREAT', KEYS[2], ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[2], ttl)
 return {1, ARGV[1]}

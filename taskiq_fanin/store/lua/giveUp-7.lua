@@ -7,18 +7,14 @@
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
 
   ARGV[1] token
-  ARGV[2] now       epoch ms
-  ARGV[3] lease     ms the finaliser may take before the next sweep takes over
-  ARGV[4] claimant
+  ARGV[2] lease     ms the finaliser may take before the next sweep takes over
+  ARGV[3] claimant  the lease's holder
 
   Returns {1, number of lost members} when claimed, {0} when the group is not
   open (or missing, or not this token's).
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state')
 if meta[1] ~= ARGV[1] or meta[2] ~= 'open' then
-  return {0}
-end
-if not redis.call('SET', KEYS[7], ARGV[4], 'NX', 'PX', ARGV[3]) then
   return {0}
 end
 local seen = {}
@@ -28,6 +24,9 @@ local lost = {}
 for _, index in ipairs(redis.call('HKEYS', KEYS[2])) do
   if not seen[index] then lost[#lost + 1] = index end
 end
-redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_at', ARGV[2],
-  'lost', table.concat(lost, ','), 'lost_count', #lost, 'given_up_at', ARGV[2])
+-- The state is the guard; the key is only the finaliser's lease.
+redis.call('SET', KEYS[7], ARGV[3], 'PX', ARGV[2])
+local now = now_ms()
+move(KEYS[1], 'group', 'open', 'claimed', 'claimed_at', now,
+  'lost', table.concat(lost, ','), 'lost_count', #lost, 'given_up_at', now)
 return {1, #lost}

@@ -1,12 +1,13 @@
 --[[
   A group as the sweep judges it: its meta, whether the finaliser's lease is
-  still held, and the members in the ledger that are neither done nor failed.
+  still held, the members in the ledger that are neither done nor failed, and
+  Redis's clock (every deadline in the meta is on it).
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
 
   Returns {} when the group is missing, else
-  {meta (flat field/value list), lease held (0 | 1), missing member indexes}.
+  {meta (flat field/value list), lease held (0 | 1), missing member indexes, now}.
 ]]
 local meta = redis.call('HGETALL', KEYS[1])
 if #meta == 0 then
@@ -23,4 +24,4 @@ if state == 'open' then
   end
   table.sort(missing)
 end
-return {meta, redis.call('EXISTS', KEYS[7]), missing}
+return {meta, redis.call('EXISTS', KEYS[7]), missing, now_ms()}

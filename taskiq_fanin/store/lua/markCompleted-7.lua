@@ -6,17 +6,17 @@
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
 
   ARGV[1] token
-  ARGV[2] now        epoch ms
-  ARGV[3] tombstone  ms to keep the meta
+  ARGV[2] tombstone  ms to keep the meta
 
-  Returns 1 when completed now, 0 when missing, not this token's, or already
-  completed. The claim key (the running copy's lease) goes with the rest.
+  Returns 1 when completed now, 0 when missing, not this token's, or in a state
+  that cannot complete (open, cancelled, completed already). The claim key (the
+  running copy's lease) goes with the rest.
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state')
-if meta[1] ~= ARGV[1] or meta[2] == 'completed' then
+if meta[1] ~= ARGV[1] or not may_move('group', meta[2], 'completed') then
   return 0
 end
-redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', ARGV[2])
+move(KEYS[1], 'group', meta[2], 'completed', 'completed_at', now_ms())
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1

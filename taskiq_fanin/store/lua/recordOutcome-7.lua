@@ -3,30 +3,37 @@
   round trip a completion costs (invariant 2), shared by the members of a group
   that finish together in one worker. Members are taken in order, each exactly
   as if recorded alone. Done and failed are exclusive and one-way; a second
-  delivery of the same member changes nothing; the member that completes the
-  group claims the finaliser lease with SET NX, so exactly one caller dispatches
-  the continuation.
+  delivery of the same member changes nothing; the member whose outcome
+  completes the group moves it from open to claimed (the state is the guard:
+  one call can make that move) and takes the finaliser's lease.
+
+  A call retried after its reply was lost (a timeout, a restart) finds its
+  members recorded: the delivery that claimed is told so again (the lease names
+  it), so the continuation is not left to the sweep. Another delivery of the
+  same member is a duplicate.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
 
   ARGV[1] token     the group's token, from the members' labels
-  ARGV[2] now       epoch ms
-  ARGV[3] lease     ms the finaliser may take before the sweep takes over
-  ARGV[4] claimant  who claims (for inspection only)
-  then per member, three arguments:
+  ARGV[2] lease     ms the finaliser may take before the sweep takes over
+  ARGV[3] claimant  who claims: the lease holds '<claimant>#<delivery>'
+  then per member, four arguments:
     index     the member's index in the ledger
     outcome   'done' | 'failed'
     payload   result (done) or error summary (failed) as JSON; '' for none
+    delivery  this delivery of the member (random), the same when it retries
 
   Returns {codes, collected, outstanding}: a code per member, in order: 1 recorded,
-  2 recorded and claimed (call the finaliser), 3 duplicate, 4 conflict (the
-  other outcome is already recorded), 5 no such group, 6 not a member, 7 token
-  mismatch, 8 group already finalised. With a 2, collected holds the fields
-  collectOutcomes returns (the claimant finalises without reading them again);
-  otherwise it is empty. outstanding: members of the group without an outcome.
+  2 recorded and claimed, or claimed by this delivery before (call the finaliser),
+  3 duplicate, 4 conflict (the other outcome is already recorded), 5 no such
+  group, 6 not a member, 7 token mismatch, 8 group already finalised. With a 2,
+  collected holds the fields collectOutcomes returns (the claimant finalises
+  without reading them again); otherwise it is empty. outstanding: members of the
+  group without an outcome.
 ]]
-local members = (#ARGV - 4) / 3
+local first, per = 4, 4
+local members = (#ARGV - first + 1) / per
 local codes = {}
 local function all(code)
   for i = 1, members do codes[i] = code end
@@ -47,17 +54,25 @@ local counts = {done = tonumber(meta[5]) or 0, failed = tonumber(meta[6]) or 0}
 local sets = {done = KEYS[3], failed = KEYS[4]}
 local payloads = {done = KEYS[5], failed = KEYS[6]}
 local other = {done = 'failed', failed = 'done'}
-local collected = {}
+local holder = nil
 
 for i = 1, members do
-  local index = tonumber(ARGV[2 + 3 * i])
-  local outcome = ARGV[3 + 3 * i]
-  local payload = ARGV[4 + 3 * i]
+  local at = first + per * (i - 1)
+  local index = tonumber(ARGV[at])
+  local outcome, payload, delivery = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  local lease_holder = ARGV[3] .. '#' .. delivery
   if index == nil or index < 0 or index >= total or index % 1 ~= 0
       or sets[outcome] == nil then
     codes[i] = 6
   elseif state ~= 'open' then
     codes[i] = 8
+    if state == 'claimed' then
+      holder = holder or redis.call('GET', KEYS[7])
+      if holder == lease_holder
+          and redis.call('SISMEMBER', sets[outcome], index) == 1 then
+        codes[i] = 2  -- this delivery claimed before: its reply was lost
+      end
+    end
   elseif redis.call('SISMEMBER', sets[other[outcome]], index) == 1 then
     codes[i] = 4
   elseif redis.call('SADD', sets[outcome], index) == 0 then
@@ -73,16 +88,22 @@ for i = 1, members do
       redis.call('PEXPIREAT', payloads[outcome], meta[4])
     end
     codes[i] = 1
-    if counts.done + counts.failed >= total
-        and redis.call('SET', KEYS[7], ARGV[4], 'NX', 'PX', ARGV[3]) then
+    if counts.done + counts.failed >= total then
+      -- The state is the guard; the key is only the finaliser's lease, set
+      -- whatever a stale one from an earlier group of this id holds.
+      holder = lease_holder
+      redis.call('SET', KEYS[7], holder, 'PX', ARGV[2])
+      move(KEYS[1], 'group', 'open', 'claimed', 'claimed_at', now_ms())
       state = 'claimed'
       codes[i] = 2
     end
   end
 end
 
-if state == 'claimed' then
-  redis.call('HSET', KEYS[1], 'state', 'claimed', 'claimed_at', ARGV[2])
+local collected = {}
+local handed = false
+for i = 1, members do handed = handed or codes[i] == 2 end
+if handed then
   local more = redis.call('HMGET', KEYS[1], 'then', 'on_error', 'policy', 'span',
     'lost')
   collected = {

@@ -7,8 +7,7 @@
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
 
   ARGV[1] token
-  ARGV[2] now            epoch ms
-  ARGV[3] max re-drives  a group is re-driven at most this many times
+  ARGV[2] max re-drives  a group is re-driven at most this many times
 
   Returns {1, re-drives so far, index, entry, index, entry, ...} when re-driven,
   {0, re-drives so far} when the group is not open (or missing, or not this
@@ -19,12 +18,13 @@ if meta[1] ~= ARGV[1] or meta[2] ~= 'open' then
   return {0, tonumber(meta[3]) or 0}
 end
 local redrives = tonumber(meta[3])
-if redrives >= tonumber(ARGV[3]) then
+if redrives >= tonumber(ARGV[2]) then
   return {0, redrives}
 end
+local now = now_ms()
 redrives = redis.call('HINCRBY', KEYS[1], 'redrives', 1)
-local deadline = tonumber(ARGV[2]) + tonumber(meta[4])
-redis.call('HSET', KEYS[1], 'redriven_at', ARGV[2], 'deadline', deadline)
+local deadline = now + tonumber(meta[4])
+redis.call('HSET', KEYS[1], 'redriven_at', now, 'deadline', deadline)
 -- The group must outlive its new deadline: push every key's expiry past it.
 local expires = math.max(tonumber(meta[5]), deadline + tonumber(meta[4]))
 if expires > tonumber(meta[5]) then

@@ -1,7 +1,8 @@
 --[[
   A continuation's attempt ended without completing it (it failed, and the retry
   middleware will run it again): give up its run lease so the retry may run,
-  unless the retry has already taken the lease over (beginContinuation).
+  unless the retry has already taken the lease over (beginContinuation). The
+  state stays running: only the lease is released.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
@@ -17,5 +18,5 @@ if meta[1] ~= ARGV[1] or meta[2] ~= 'running'
     or (tonumber(meta[3]) or 0) ~= tonumber(ARGV[2]) then
   return 0
 end
-redis.call('HSET', KEYS[1], 'state', 'dispatched', 'run_until', 0)
+redis.call('HSET', KEYS[1], 'run_until', 0)
 return 1

@@ -1,0 +1,52 @@
+"""The library's own Redis client, set up for faults with what redis-py has.
+
+- A blocking connection pool: a burst of callers waits for a connection (up to
+  the socket timeout and then some) instead of failing with "too many
+  connections"; the library's calls share pipelines, so a few connections do.
+- Retries with exponential backoff and jitter on connection errors and timeouts
+  (a restart, a failover, a stale pooled connection), a few times, before the
+  error reaches the caller (the worker's hooks then retry for longer:
+  ``retry_for``).
+- Health checks on connections idle for a while, and TCP keepalive, so a dead
+  connection is found before a command is lost on it.
+- A socket timeout (``socket_timeout``, 5 s by default): a command that takes
+  longer counts as Redis being away. Keep it above your slowest script call
+  (planning a group of 100,000 members takes well under a second).
+
+A client the caller passes in is used as it is: configure it the same way.
+"""
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+#: Tries of one command (or pipeline) the client makes on its own.
+CLIENT_RETRIES = 3
+#: Its backoff: from this many seconds, doubling, capped.
+CLIENT_BACKOFF_BASE, CLIENT_BACKOFF_CAP = 0.05, 1.0
+#: Seconds a connection may sit idle before it is checked with a PING.
+HEALTH_CHECK_SECONDS = 30
+
+
+def connect(url: str, *, max_connections: int, socket_timeout: float) -> Redis:
+    """A client for ``url`` with the settings above."""
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        # Wait for a free connection about as long as a command may take.
+        timeout=socket_timeout * 2,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=socket_timeout,
+        socket_keepalive=True,
+        health_check_interval=HEALTH_CHECK_SECONDS,
+        retry=Retry(
+            ExponentialWithJitterBackoff(
+                cap=CLIENT_BACKOFF_CAP, base=CLIENT_BACKOFF_BASE
+            ),
+            CLIENT_RETRIES,
+            supported_errors=(RedisConnectionError, RedisTimeoutError),
+        ),
+    )
+    return Redis.from_pool(pool)  # closing the client closes its pool

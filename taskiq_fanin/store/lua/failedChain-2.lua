@@ -1,0 +1,19 @@
+--[[
+  A failing chain's error continuation and compensations are kicked: it is
+  failed now, and its compensation list goes.
+
+  KEYS[1] record
+  KEYS[2] comps
+
+  ARGV[1] token
+
+  Returns 1 when failed now, 0 when the chain is not failing (missing, not this
+  token's, or failed already).
+]]
+local record = redis.call('HMGET', KEYS[1], 'token', 'state')
+if record[1] ~= ARGV[1] or record[2] ~= 'failing' then
+  return 0
+end
+move(KEYS[1], 'chain', 'failing', 'failed', 'updated', now_ms())
+redis.call('DEL', KEYS[2])
+return 1

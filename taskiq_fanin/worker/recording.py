@@ -1,0 +1,66 @@
+"""What a worker records when a message's body has run.
+
+A member's outcome, a chain's transition, a continuation's completion: each
+part once, even when the whole is retried after Redis was away.
+"""
+
+import secrets
+from typing import Any
+
+from taskiq import NoResultError, TaskiqMessage, TaskiqResult
+
+from taskiq_fanin.chains import progress, record
+from taskiq_fanin.chains.cursor import ChainCursor
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups import continuation
+from taskiq_fanin.groups.recording import record_member
+from taskiq_fanin.model.labels import ContinuationRef, MemberRef, attempt_of
+
+
+class Recording:
+    """What ``post_execute`` records for one message; each part once, if retried.
+
+    The same delivery id goes with every try, so a transition whose reply was
+    lost (Redis restarted, a timeout) is carried on, not taken for a duplicate.
+    """
+
+    def __init__(
+        self,
+        ctx: FanInContext,
+        message: TaskiqMessage,
+        result: TaskiqResult[Any],
+        member: MemberRef | None,
+        *,
+        skipped: bool,
+    ) -> None:
+        self.ctx, self.message, self.result = ctx, message, result
+        self.member = member
+        self.skipped = skipped
+        self.delivery = secrets.token_hex(4)
+        self.done: set[str] = set()
+
+    async def run(self) -> None:
+        """Record what is left to record (the whole, the first time)."""
+        ctx, labels, delivery = self.ctx, self.message.labels, self.delivery
+        ref = ContinuationRef.from_labels(labels)
+        cursor = ChainCursor.from_labels(labels)
+        attempt = attempt_of(labels)
+        if isinstance(self.result.error, NoResultError):
+            if not self.skipped:
+                # Its retry is on the way (it takes the lease over if it starts
+                # first); a redelivery of this attempt may run once released.
+                if ref is not None:
+                    await continuation.release(ctx, ref, attempt=attempt)
+                if cursor is not None:
+                    await record.release_step(ctx, cursor, attempt=attempt)
+            return
+        if self.member is not None and "member" not in self.done:
+            await record_member(ctx, self.member, self.result, delivery=delivery)
+            self.done.add("member")
+        # A chain is carried on before the group whose continuation this step
+        # is completes: a crash in between leaves it to be redelivered.
+        if cursor is not None and "chain" not in self.done:
+            await progress.step_finished(ctx, cursor, self.result, delivery=delivery)
+            self.done.add("chain")
+        if ref is not None:
+            await continuation.complete(ctx, ref)

@@ -1,0 +1,71 @@
+"""Retrying a hook's Redis work while Redis is away, then giving up loudly.
+
+A member's outcome, a chain's transition, a continuation's completion and a run
+guard are never logged and dropped: while Redis is unreachable (restarting,
+paused, failing over) the hook retries with backoff, for ``retry_for`` seconds
+at most, and then raises, so that taskiq leaves the message unacknowledged and
+it comes back (the work is idempotent). An error that is not Redis being away
+(a bug, a script refusing) is raised at once.
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from redis.exceptions import (
+    ConnectionError as RedisConnectionError,
+)
+from redis.exceptions import (
+    ReadOnlyError,
+    TryAgainError,
+)
+from redis.exceptions import (
+    TimeoutError as RedisTimeoutError,
+)
+
+logger = logging.getLogger("taskiq_fanin")
+
+T = TypeVar("T")
+
+#: Redis away: down, restarting, loading, paused past the socket timeout, a
+#: replica promoted (writes refused for a moment), a cluster slot moving.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ReadOnlyError,
+    TryAgainError,
+    ConnectionError,
+    TimeoutError,
+)
+#: The first wait between tries, and the longest (seconds).
+FIRST_BACKOFF = 0.05
+LONGEST_BACKOFF = 2.0
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it: a kick wraps it) is Redis being away."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, TRANSIENT):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+async def retrying(
+    work: Callable[[], Awaitable[T]], *, retry_for: float, what: str
+) -> T:
+    """Run ``work``; while it fails with Redis away, again, up to ``retry_for`` s."""
+    loop = asyncio.get_running_loop()
+    give_up_at = loop.time() + retry_for
+    backoff = FIRST_BACKOFF
+    while True:
+        try:
+            return await work()
+        except Exception as error:
+            if not is_transient(error) or loop.time() + backoff > give_up_at:
+                raise
+            logger.warning("%s: Redis is away (%s); retrying", what, error)
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, LONGEST_BACKOFF)
