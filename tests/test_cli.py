@@ -17,6 +17,7 @@ from taskiq import AsyncBroker, TaskiqResult
 
 from local_redis import free_port
 from taskiq_fanin import FanInMiddleware, Signature, group, group_status
+from taskiq_fanin.cli.parser import EXIT_MEANINGS, ExitCode
 from taskiq_fanin.store.keys import GroupKeys, index_key, sweep_lock_key
 from tests.harness import SentMessages, eventually, stream_broker
 
@@ -216,7 +217,7 @@ async def test_sweep_redrive_through_the_broker_kicks_exactly_the_missing_member
     assert status.deadline > deadline_before  # a new deadline for the re-kicked
 
 
-async def test_fail_on_stuck_exits_2_when_a_group_is_stuck_and_0_otherwise(
+async def test_fail_on_stuck_exits_3_when_a_group_is_stuck_and_0_otherwise(
     app,
 ) -> None:
     await app.plan(2)
@@ -225,7 +226,7 @@ async def test_fail_on_stuck_exits_2_when_a_group_is_stuck_and_0_otherwise(
     alarmed = await run_cli("sweep", "--fail-on-stuck", *app.options)
 
     assert calm.code == 0, calm.stderr
-    assert alarmed.code == 2, alarmed.stderr
+    assert alarmed.code == 3, alarmed.stderr
     assert "1 stuck" in alarmed.stdout
 
 
@@ -301,15 +302,74 @@ async def test_an_unreachable_redis_is_reported_in_one_line_without_a_traceback(
 
     run = await run_cli("status", "some-group", "--redis-url", url)
 
-    assert run.code == 3
+    assert run.code == 4
     assert "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
     assert "Redis" in run.stderr
 
 
-async def test_help_says_where_the_options_go_and_what_the_exit_codes_mean() -> None:
+async def test_global_options_work_before_and_after_the_command(app) -> None:
+    group_id = await app.plan(2)
+    url, prefix = ("--redis-url", app.url), ("--prefix", app.prefix)
+
+    runs = [
+        await run_cli(*command, via=via)
+        for command, via in (
+            (("--json", *url, *prefix, "list"), "module"),
+            (("--json", *url, "status", group_id, *prefix), "script"),
+            ((*prefix, "status", group_id, "--json", *url), "module"),
+            (("--json", *url, *prefix, "status", group_id), "taskiq"),
+        )
+    ]
+
+    for run in runs:
+        assert run.code == 0, run.stderr
+    listed, *statuses = (run.json() for run in runs)
+    assert [found["group_id"] for found in listed] == [group_id]
+    assert [status["group_id"] for status in statuses] == [group_id] * 3
+
+
+async def test_a_global_option_after_the_command_wins_over_one_before(app) -> None:
+    group_id = await app.plan(2)
+
+    run = await run_cli(
+        "--prefix", "not-this-one", "status", group_id, "--json", *app.options
+    )
+
+    assert run.code == 0, run.stderr
+    assert run.json()["group_id"] == group_id
+
+
+async def test_an_unknown_option_is_a_usage_error_wherever_it_goes() -> None:
+    before = await run_cli("--colour", "list")
+    after = await run_cli("list", "--colour")
+
+    for run in (before, after):
+        assert run.code == 2
+        assert run.stdout == ""
+        assert "--colour" in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1
+
+
+async def test_help_says_where_the_options_go_and_lists_each_exit_code() -> None:
     run = await run_cli("--help")
 
     assert run.code == 0
-    assert "Options go after the command" in run.stdout
-    assert "exit codes" in run.stdout
+    assert "go before or after the command" in run.stdout
+    listed = run.stdout.split("exit codes:\n", 1)[1].splitlines()
+    assert [line.split(maxsplit=1) for line in listed] == [
+        [str(code.value), meaning] for code, meaning in EXIT_MEANINGS.items()
+    ]
+    assert [code.value for code in ExitCode] == [0, 1, 2, 3, 4, 130]
+
+
+def test_the_readme_lists_the_exit_codes_the_command_returns() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Command line", 1)[1].split("\n### ", 1)[0]
+    rows = [
+        line.split("|")[1].strip()
+        for line in section.splitlines()
+        if line.startswith("| ") and line.split("|")[1].strip().isdigit()
+    ]
+
+    assert rows == [str(code.value) for code in ExitCode]

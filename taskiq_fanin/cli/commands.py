@@ -22,7 +22,7 @@ from taskiq_fanin.cli.output import (
     sweep_summary,
     sweep_table,
 )
-from taskiq_fanin.cli.parser import EXIT_MISSING, EXIT_OK, EXIT_STUCK, UsageError
+from taskiq_fanin.cli.parser import ExitCode, UsageError
 from taskiq_fanin.model.config import DEFAULT_PREFIX
 from taskiq_fanin.model.results import GroupState, SweepPolicy
 from taskiq_fanin.worker.middleware import FanInMiddleware
@@ -77,7 +77,7 @@ async def _status(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
         print_json(status_doc(status, now))
     else:
         print_table(status_table(status, now))
-    return EXIT_MISSING if status.state is GroupState.MISSING else EXIT_OK
+    return ExitCode.NOT_FOUND if status.state is GroupState.MISSING else ExitCode.OK
 
 
 async def _list(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
@@ -91,7 +91,7 @@ async def _list(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
         print_table(list_table(statuses, now, title))
     else:
         print(f"No {which} groups under {fanin.config.prefix!r}.")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 async def _sweep(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
@@ -104,7 +104,7 @@ async def _sweep(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
         if report.findings:
             print_table(sweep_table(report.findings, dry_run))
         print(sweep_summary(report, fanin.config.prefix))
-    return EXIT_STUCK if args.fail_on_stuck and report.stuck else EXIT_OK
+    return ExitCode.STUCK if args.fail_on_stuck and report.stuck else ExitCode.OK
 
 
 COMMANDS: dict[str, Command] = {"status": _status, "list": _list, "sweep": _sweep}
