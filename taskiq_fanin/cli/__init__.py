@@ -1,8 +1,8 @@
-"""``taskiq-fanin``: a group's status, the open groups, and the sweep, from a shell.
+"""``taskiq-fanin``: a group's or a chain's status, the open groups, and the sweep.
 
-Nothing waits on a group, so an operator needs a way to look at one without writing
-Python, and cron needs an exit code. Each command prints a table, or one JSON
-document with ``--json``. ``taskiq fanin ...`` runs the same commands.
+Nothing waits on a group or a chain, so an operator needs a way to look at one
+without writing Python, and cron needs an exit code. Each command prints a table,
+or one JSON document with ``--json``. ``taskiq fanin ...`` runs the same commands.
 """
 
 import argparse
@@ -17,6 +17,7 @@ from taskiq.abc.cmd import TaskiqCMD
 from taskiq_fanin.cli.commands import COMMANDS, open_target
 from taskiq_fanin.cli.parser import (
     ExitCode,
+    NotFoundError,
     UsageError,
     build_parser,
 )
@@ -49,13 +50,15 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "taskiq-fanin") -> in
         return int(asyncio.run(_run(args)))
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
-    except (UsageError, FanInError, RedisError, OSError) as exc:
+    except (NotFoundError, UsageError, FanInError, RedisError, OSError) as exc:
         return _failed(exc, prog)
 
 
 def _failed(exc: Exception, prog: str) -> ExitCode:
     """Say on one line of stderr why the command stopped; return its exit code."""
-    if isinstance(exc, UsageError | FanInError):
+    if isinstance(exc, NotFoundError):
+        message, code = str(exc), ExitCode.NOT_FOUND
+    elif isinstance(exc, UsageError | FanInError):
         message, code = f"error: {exc}", ExitCode.USAGE
     elif isinstance(exc, RedisError):
         message, code = f"Redis: {exc}", ExitCode.UNREACHABLE
@@ -68,7 +71,7 @@ def _failed(exc: Exception, prog: str) -> ExitCode:
 class FanInCMD(TaskiqCMD):
     """``taskiq fanin ...``: taskiq's CLI finds it in the ``taskiq_cli`` group."""
 
-    short_help = "Status, listing and sweep of taskiq-fanin groups"
+    short_help = "Status of taskiq-fanin groups and chains, listing and sweep"
 
     def exec(self, args: Sequence[str]) -> int:
         """Run the command line that follows ``taskiq fanin``."""

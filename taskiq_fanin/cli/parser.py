@@ -24,7 +24,7 @@ class ExitCode(enum.IntEnum):
 #: What each exit code means, for ``--help`` (every code has a line).
 EXIT_MEANINGS = {
     ExitCode.OK: "done",
-    ExitCode.NOT_FOUND: "status: the group is missing",
+    ExitCode.NOT_FOUND: "status: no group or chain has that id under the prefix",
     ExitCode.USAGE: "usage error: options or arguments that cannot run as given",
     ExitCode.STUCK: "sweep --fail-on-stuck: stuck groups or chains were found",
     ExitCode.UNREACHABLE: "Redis (or the broker) could not be reached, "
@@ -43,12 +43,20 @@ own (--redis-url, default $REDIS_URL; --prefix, default "{DEFAULT_PREFIX}"). A s
 that acts (--redrive, --give-up, --apply) kicks tasks, so it needs your broker
 instead: --broker module.path:variable, as for `taskiq worker`.
 
+status ID shows the group with that id, else the chain. When there is neither,
+it says so in one line on stderr and exits {ExitCode.NOT_FOUND:d}; with --json it also
+prints null, so that stdout is one JSON document whenever Redis answered.
+
 exit codes:
 """ + "\n".join(f"  {code:>3d}  {meaning}" for code, meaning in EXIT_MEANINGS.items())
 
 
 class UsageError(Exception):
     """A command line that cannot run as given (``ExitCode.USAGE``)."""
+
+
+class NotFoundError(Exception):
+    """The id names no group and no chain (``ExitCode.NOT_FOUND``)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,7 +112,7 @@ def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
     """The parser of every command; the global options go before or after it."""
     parser = _Parser(
         prog=prog,
-        description="Status, listing and sweep of taskiq-fanin groups.",
+        description="Status of groups and chains, listing and sweep of groups.",
         epilog=EPILOG.format(prog=prog),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -122,8 +130,10 @@ def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
         _add_global_options(sub, after=True)
         return sub
 
-    status = command("status", "counts, state and times of one group")
-    status.add_argument("group_id", metavar="GROUP_ID")
+    status = command(
+        "status", "a group's counts, or a chain's steps, state, times and error"
+    )
+    status.add_argument("id", metavar="ID", help="a group id or a chain id")
     listing = command("list", "the groups not yet finished, soonest due first")
     listing.add_argument("--stuck", action="store_true", help="only overdue groups")
     listing.add_argument(
