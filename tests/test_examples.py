@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from local_redis import stop_process_group
-from tests.harness import ROOT, worker_process
+from tests.harness import ROOT
 
 #: How a README's command is started here: with this interpreter and its venv.
 PROGRAMS = {
@@ -77,32 +78,39 @@ async def test_the_album_readme_publishes_ten_albums_at_ten_slots(
     assert max(float(seconds) for seconds, _ in published) >= 0.99
 
 
-async def test_the_video_pipeline_runs_through_and_compensates_a_failure(
+async def test_the_video_readme_runs_through_then_compensates_a_failure(
     redis_url: str,
 ) -> None:
-    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
-    outputs = []
-    with worker_process("examples.video_pipeline.app:broker", {"REDIS_URL": redis_url}):
-        for extra in ([], ["--video", "dog", "--fail", "720p"]):
-            run = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "examples.video_pipeline.run",
-                *extra,
-                cwd=ROOT,
-                env=env,
-                stdout=asyncio.subprocess.PIPE,
-            )
-            stdout, _ = await asyncio.wait_for(run.communicate(), timeout=60)
-            outputs.append((run.returncode, stdout.decode()))
+    """The run's last line is a command that shows the chain: it works too."""
+    env = example_env(redis_url)
+    worker, through, failing = readme_commands("video_pipeline")
+    assert "--fail" in failing
 
-    (ok_code, ok), (failed_code, failed) = outputs
+    with started(worker, env):
+        ok_code, ok = await run(through, env)
+        failed_code, failed = await run(failing, env)
+
     assert ok_code == 0, ok
-    assert "notify cat: ready (cat/sprite.jpg)" in ok
     assert "thumbnail cat from 3 renditions" in ok
-    assert "chain done" in ok
+    assert "notify cat: ready (cat/sprite.jpg)" in ok
+    assert "done: all 4 steps ran" in ok
+    assert "chain done; no compensation ran, as nothing failed" in ok
     assert failed_code == 0, failed
-    assert "failed dog at step 1 (group of 3)" in failed
+    assert "failed at step 2 of 4: group of 3" in failed
+    assert "failed dog at step 2 (group of 3)" in failed
     assert "compensate dog: released storage quota" in failed
     assert "thumbnail dog" not in failed
-    assert "chain failed; compensations done" in failed
+    assert "compensations ran: release_quota" in failed
+    for output in (ok, failed):
+        assert "missing" not in output
+        steps = re.findall(r"step (\d+) of (\d+)", output)
+        assert steps, output
+        assert all(1 <= int(n) <= int(of) == 4 for n, of in steps), output
+    hint = failed.splitlines()[-1]
+    assert hint.startswith("look again: taskiq-fanin status video-dog-"), failed
+    program, *args = shlex.split(hint.removeprefix("look again: "))
+    shown_code, shown = await run([*PROGRAMS[program], *args, "--json"], env)
+    assert shown_code == 0, shown
+    chain = json.loads(shown)
+    assert chain["chain_id"] == args[1]
+    assert (chain["state"], chain["failed_step"]) == ("failed", 1)
