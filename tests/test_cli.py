@@ -16,7 +16,15 @@ from redis.asyncio import Redis
 from taskiq import AsyncBroker, TaskiqResult
 
 from local_redis import free_port
-from taskiq_fanin import FanInMiddleware, Signature, group, group_status
+from taskiq_fanin import (
+    FanInMiddleware,
+    Signature,
+    chain,
+    chain_status,
+    group,
+    group_status,
+)
+from taskiq_fanin.cli.parser import EXIT_MEANINGS, ExitCode
 from taskiq_fanin.store.keys import GroupKeys, index_key, sweep_lock_key
 from tests.harness import SentMessages, eventually, stream_broker
 
@@ -29,6 +37,8 @@ COMMANDS = {
 }
 #: The member task, under the name tests/cli_app.py gives it.
 RESIZE = "cli_app.resize"
+#: Two more steps for chains, known only to the test's own broker (no worker runs).
+PROBE, PUBLISH = "cli_app.probe", "cli_app.publish"
 
 
 @dataclass
@@ -76,11 +86,32 @@ class App:
         handle = await group(members, **options).kiq(self.broker)
         return handle.group_id
 
-    async def finish(self, group_id: str, index: int) -> None:
-        """Record member ``index`` as done, as a worker's middleware would."""
+    async def finish(
+        self, group_id: str, index: int, error: Exception | None = None
+    ) -> None:
+        """End member (or chain step) ``index`` as a worker's middleware would:
+        done, or failed for good with ``error``.
+        """
         (message,) = (m for m in self.sent.sent if m.task_id == f"{group_id}.{index}")
-        result = TaskiqResult(is_err=False, return_value="ok", execution_time=0.0)
+        result = TaskiqResult(
+            is_err=error is not None,
+            return_value=None if error else "ok",
+            execution_time=0.0,
+            error=error,
+        )
         await self.fanin.post_execute(message, result)
+
+    async def chain(self, chain_id: str, *, done: int = 0) -> str:
+        """A chain probe -> resize -> publish whose first ``done`` steps ended."""
+        steps = [
+            Signature.of(PROBE).immutable(),
+            Signature.of(RESIZE, 0).immutable(),
+            Signature.of(PUBLISH).immutable(),
+        ]
+        handle = await chain(*steps, chain_id=chain_id).kiq(self.broker)
+        for index in range(done):
+            await self.finish(handle.chain_id, index)
+        return handle.chain_id
 
     async def stuck(self, size: int = 3, done: tuple[int, ...] = ()) -> str:
         """A group past its deadline, with members ``done`` finished."""
@@ -104,6 +135,12 @@ async def app(redis_url, key_prefix, redis_client):
     async def resize(image: int) -> str:
         return f"{image}.jpg"
 
+    @broker.task(task_name=PROBE)
+    async def probe() -> None: ...
+
+    @broker.task(task_name=PUBLISH)
+    async def publish() -> None: ...
+
     await broker.startup()
     try:
         yield App(broker, fanin, sent, redis_client, redis_url, key_prefix)
@@ -119,7 +156,7 @@ async def test_status_of_an_open_group_reports_its_counts(app) -> None:
 
     assert run.code == 0, run.stderr
     status = run.json()
-    assert status["group_id"] == group_id
+    assert (status["kind"], status["group_id"]) == ("group", group_id)
     assert status["state"] == "open"
     assert (status["total"], status["done"], status["failed"]) == (4, 1, 0)
     assert (status["pending"], status["planned"], status["redrives"]) == (3, True, 0)
@@ -128,11 +165,95 @@ async def test_status_of_an_open_group_reports_its_counts(app) -> None:
     assert 0 <= status["age_seconds"] < 30
 
 
-async def test_status_of_a_missing_group_says_missing_and_exits_1(app) -> None:
-    run = await run_cli("status", "no-such-group", "--json", *app.options)
+async def test_status_of_an_unknown_id_says_so_in_one_line_and_exits_1(app) -> None:
+    table = await run_cli("status", "no-such-id", *app.options)
+    as_json = await run_cli("status", "no-such-id", "--json", *app.options)
 
-    assert run.code == 1
-    assert run.json()["state"] == "missing"
+    expected = (
+        f'taskiq-fanin: no group or chain "no-such-id" under prefix "{app.prefix}"\n'
+    )
+    assert (table.code, table.stdout, table.stderr) == (1, "", expected)
+    # With --json, stdout is still one JSON document: null.
+    assert (as_json.code, as_json.json(), as_json.stderr) == (1, None, expected)
+
+
+async def test_status_of_a_running_chain_marks_the_step_it_is_at(app) -> None:
+    chain_id = await app.chain("video-1", done=1)
+
+    table = await run_cli("status", chain_id, *app.options)
+    as_json = await run_cli("status", chain_id, "--json", *app.options)
+
+    assert table.code == 0, table.stderr
+    assert f"Chain {chain_id}" in table.stdout
+    assert _row(table.stdout, "state") == "running"
+    assert _row(table.stdout, "step") == f"2 of 3 ({RESIZE})"
+    assert _row(table.stdout, "failed step") == "-"
+    assert _row(table.stdout, "error") == "-"
+    assert _row(table.stdout, "1") == f"{PROBE} done"
+    assert _row(table.stdout, ">") == f"2 {RESIZE} current"
+    assert _row(table.stdout, "3") == f"{PUBLISH} waiting"
+    assert table.stderr == ""
+    assert as_json.code == 0, as_json.stderr
+    status = as_json.json()
+    assert (status["kind"], status["chain_id"], status["state"]) == (
+        "chain",
+        chain_id,
+        "running",
+    )
+    # JSON counts steps from 0, as chain_status() does in Python.
+    assert (status["step"], status["steps"], status["current"]) == (1, 3, RESIZE)
+    assert status["step_names"] == [PROBE, RESIZE, PUBLISH]
+    assert status["started"] is not None
+    assert status["updated"] >= status["started"]
+    assert (status["failed_step"], status["error"]) == (None, None)
+
+
+async def test_status_of_a_failed_chain_names_the_failed_step_and_its_error(
+    app,
+) -> None:
+    chain_id = await app.chain("video-2", done=1)
+    await app.finish(chain_id, 1, error=RuntimeError("corrupt frame at 00:42"))
+    assert (await chain_status(app.fanin, chain_id)).state.value == "failed"
+
+    table = await run_cli("status", chain_id, *app.options)
+    as_json = await run_cli("status", chain_id, "--json", *app.options)
+
+    assert table.code == as_json.code == 0, table.stderr + as_json.stderr
+    assert _row(table.stdout, "state") == "failed"
+    assert _row(table.stdout, "failed step") == f"2 of 3 ({RESIZE})"
+    assert _row(table.stdout, "error") == "RuntimeError: corrupt frame at 00:42"
+    assert _row(table.stdout, "2") == f"{RESIZE} failed"
+    assert _row(table.stdout, "3") == f"{PUBLISH} not run"
+    assert ">" not in table.stdout.split()  # nothing is current any more
+    status = as_json.json()
+    assert (status["state"], status["failed_step"], status["current"]) == (
+        "failed",
+        1,
+        None,
+    )
+    assert "corrupt frame at 00:42" in status["error"]
+
+
+async def test_status_of_a_finished_chain_shows_every_step_done(app) -> None:
+    chain_id = await app.chain("video-3", done=3)
+
+    run = await run_cli("status", chain_id, *app.options)
+
+    assert run.code == 0, run.stderr
+    assert _row(run.stdout, "state") == "done"
+    assert _row(run.stdout, "step") == "all 3 done"
+    for number, name in enumerate((PROBE, RESIZE, PUBLISH), start=1):
+        assert _row(run.stdout, str(number)) == f"{name} done"
+
+
+async def test_status_shows_the_group_when_a_chain_has_the_same_id(app) -> None:
+    await app.chain("twin")
+    await group([Signature.of(RESIZE, 0)], group_id="twin").kiq(app.broker)
+
+    run = await run_cli("status", "twin", "--json", *app.options)
+
+    assert run.code == 0, run.stderr
+    assert (run.json()["kind"], run.json()["group_id"]) == ("group", "twin")
 
 
 async def test_list_shows_every_open_group_and_stuck_only_the_overdue_one(
@@ -216,7 +337,7 @@ async def test_sweep_redrive_through_the_broker_kicks_exactly_the_missing_member
     assert status.deadline > deadline_before  # a new deadline for the re-kicked
 
 
-async def test_fail_on_stuck_exits_2_when_a_group_is_stuck_and_0_otherwise(
+async def test_fail_on_stuck_exits_3_when_a_group_is_stuck_and_0_otherwise(
     app,
 ) -> None:
     await app.plan(2)
@@ -225,7 +346,7 @@ async def test_fail_on_stuck_exits_2_when_a_group_is_stuck_and_0_otherwise(
     alarmed = await run_cli("sweep", "--fail-on-stuck", *app.options)
 
     assert calm.code == 0, calm.stderr
-    assert alarmed.code == 2, alarmed.stderr
+    assert alarmed.code == 3, alarmed.stderr
     assert "1 stuck" in alarmed.stdout
 
 
@@ -301,15 +422,86 @@ async def test_an_unreachable_redis_is_reported_in_one_line_without_a_traceback(
 
     run = await run_cli("status", "some-group", "--redis-url", url)
 
-    assert run.code == 3
+    assert run.code == 4
     assert "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
     assert "Redis" in run.stderr
 
 
-async def test_help_says_where_the_options_go_and_what_the_exit_codes_mean() -> None:
+async def test_global_options_work_before_and_after_the_command(app) -> None:
+    group_id = await app.plan(2)
+    chain_id = await app.chain("video-4")
+    url, prefix = ("--redis-url", app.url), ("--prefix", app.prefix)
+
+    runs = [
+        await run_cli(*command, via=via)
+        for command, via in (
+            (("--json", *url, *prefix, "list"), "module"),
+            (("--json", *url, "status", group_id, *prefix), "script"),
+            ((*prefix, "status", chain_id, "--json", *url), "module"),
+            (("--json", *url, *prefix, "status", chain_id), "taskiq"),
+        )
+    ]
+
+    for run in runs:
+        assert run.code == 0, run.stderr
+    listed, group_doc, chain_doc, through_taskiq = (run.json() for run in runs)
+    assert [found["group_id"] for found in listed] == [group_id]
+    assert group_doc["group_id"] == group_id
+    assert chain_doc["chain_id"] == through_taskiq["chain_id"] == chain_id
+
+
+async def test_a_global_option_after_the_command_wins_over_one_before(app) -> None:
+    group_id = await app.plan(2)
+
+    run = await run_cli(
+        "--prefix", "not-this-one", "status", group_id, "--json", *app.options
+    )
+
+    assert run.code == 0, run.stderr
+    assert run.json()["group_id"] == group_id
+
+
+async def test_an_unknown_option_is_a_usage_error_wherever_it_goes() -> None:
+    before = await run_cli("--colour", "list")
+    after = await run_cli("list", "--colour")
+
+    for run in (before, after):
+        assert run.code == 2
+        assert run.stdout == ""
+        assert "--colour" in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1
+
+
+async def test_help_says_where_the_options_go_and_lists_each_exit_code() -> None:
     run = await run_cli("--help")
 
     assert run.code == 0
-    assert "Options go after the command" in run.stdout
-    assert "exit codes" in run.stdout
+    assert "go before or after the command" in run.stdout
+    listed = run.stdout.split("exit codes:\n", 1)[1].splitlines()
+    assert [line.split(maxsplit=1) for line in listed] == [
+        [str(code.value), meaning] for code, meaning in EXIT_MEANINGS.items()
+    ]
+    assert [code.value for code in ExitCode] == [0, 1, 2, 3, 4, 130]
+
+
+def test_the_readme_lists_the_exit_codes_the_command_returns() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Command line", 1)[1].split("\n### ", 1)[0]
+    rows = [
+        line.split("|")[1].strip()
+        for line in section.splitlines()
+        if line.startswith("| ") and line.split("|")[1].strip().isdigit()
+    ]
+
+    assert rows == [str(code.value) for code in ExitCode]
+
+
+def _row(table: str, first: str) -> str:
+    """The rest of the table row that starts with ``first``, spaces squeezed."""
+    name = first.split()
+    for line in table.splitlines():
+        words = line.split()
+        if words[: len(name)] == name:
+            return " ".join(words[len(name) :])
+    raise AssertionError(f"no row {first!r} in:\n{table}")

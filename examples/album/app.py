@@ -1,8 +1,8 @@
 """The album from the seed: five resize jobs per album, then publish it once.
 
-Run a worker with ten slots, as in the seed's deadlock:
+Run one worker process with ten slots, as in the seed's deadlock:
 
-    taskiq worker examples.album.app:broker --max-async-tasks 10
+    taskiq worker examples.album.app:broker --workers 1 --max-async-tasks 10
 
 ``make_album`` fans out and ends at once, so ten albums at ten slots do not
 deadlock the way parents awaiting their children do.

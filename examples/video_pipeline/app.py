@@ -1,7 +1,7 @@
 """The video pipeline of the seed: probe, three transcodes in parallel, thumbnail,
 notify, with a workflow record and compensations.
 
-    taskiq worker examples.video_pipeline.app:broker --max-async-tasks 4
+    taskiq worker examples.video_pipeline.app:broker --workers 1 --max-async-tasks 4
 
 Every step enqueues the next when it is done; none waits on another. A transcode
 named in ``FAIL_RENDITION`` (set by ``run.py --fail 720p``) fails for good: the
@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from taskiq_redis import RedisStreamBroker
 
 from taskiq_fanin import (
+    Chain,
     ChainFailure,
     FanInMiddleware,
     GroupResult,
@@ -27,10 +28,12 @@ from taskiq_fanin import (
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 #: Where every step writes one line, for ``run.py`` to show.
 JOURNAL_KEY = "example:video:journal"
+#: The first part of the keys of the chains' records (and their groups').
+PREFIX = "example:fanin"
 RENDITIONS = ("1080p", "720p", "480p")
 
 broker = RedisStreamBroker(REDIS_URL, queue_name="example:video").with_middlewares(
-    FanInMiddleware(REDIS_URL, prefix="example:fanin")
+    FanInMiddleware(REDIS_URL, prefix=PREFIX)
 )
 
 
@@ -80,13 +83,17 @@ async def notify(sprite: str, video: str) -> None:
 async def mark_failed(failure: ChainFailure, video: str) -> None:
     """The chain's error continuation: runs once, with the failed step."""
     await journal(
-        f"failed {video} at step {failure.step} ({failure.step_name}): "
+        # failure.step counts from 0; people count steps from 1.
+        f"failed {video} at step {failure.step + 1} ({failure.step_name}): "
         f"{failure.error.message}"
     )
 
 
-def pipeline(video: str, fail: str = "") -> object:
-    """The workflow of one upload."""
+def pipeline(video: str, upload: str, fail: str = "") -> Chain:
+    """The workflow of one upload of ``video``.
+
+    Its chain id names the upload: kicking the same upload twice starts it once.
+    """
     return chain(
         Signature.of(probe, video).with_compensation(
             Signature.of(release_quota, video)
@@ -98,5 +105,5 @@ def pipeline(video: str, fail: str = "") -> object:
         Signature.of(thumbnail, video),
         Signature.of(notify, video),
         on_error=Signature.of(mark_failed, video),
-        chain_id=f"video-{video}",
+        chain_id=f"video-{video}-{upload}",
     )

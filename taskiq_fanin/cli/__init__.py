@@ -1,8 +1,8 @@
-"""``taskiq-fanin``: a group's status, the open groups, and the sweep, from a shell.
+"""``taskiq-fanin``: a group's or a chain's status, the open groups, and the sweep.
 
-Nothing waits on a group, so an operator needs a way to look at one without writing
-Python, and cron needs an exit code. Each command prints a table, or one JSON
-document with ``--json``. ``taskiq fanin ...`` runs the same commands.
+Nothing waits on a group or a chain, so an operator needs a way to look at one
+without writing Python, and cron needs an exit code. Each command prints a table,
+or one JSON document with ``--json``. ``taskiq fanin ...`` runs the same commands.
 """
 
 import argparse
@@ -16,10 +16,8 @@ from taskiq.abc.cmd import TaskiqCMD
 
 from taskiq_fanin.cli.commands import COMMANDS, open_target
 from taskiq_fanin.cli.parser import (
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
+    ExitCode,
+    NotFoundError,
     UsageError,
     build_parser,
 )
@@ -43,30 +41,37 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "taskiq-fanin") -> in
     try:
         args = build_parser(prog).parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed
-        return exc.code if isinstance(exc.code, int) else EXIT_OK
+        return int(exc.code) if isinstance(exc.code, int) else ExitCode.OK
     # The tables say what the sweep found; its warnings would say it twice.
     logging.basicConfig(
         level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
     )
     try:
-        return asyncio.run(_run(args))
-    except (UsageError, FanInError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except RedisError as exc:
-        print(f"{prog}: Redis: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except OSError as exc:  # the user's broker, when it is not on Redis
-        print(f"{prog}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return int(asyncio.run(_run(args)))
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
+    except (NotFoundError, UsageError, FanInError, RedisError, OSError) as exc:
+        return _failed(exc, prog)
+
+
+def _failed(exc: Exception, prog: str) -> ExitCode:
+    """Say on one line of stderr why the command stopped; return its exit code."""
+    if isinstance(exc, NotFoundError):
+        message, code = str(exc), ExitCode.NOT_FOUND
+    elif isinstance(exc, UsageError | FanInError):
+        message, code = f"error: {exc}", ExitCode.USAGE
+    elif isinstance(exc, RedisError):
+        message, code = f"Redis: {exc}", ExitCode.UNREACHABLE
+    else:  # OSError: the user's broker, when it is not on Redis
+        message, code = f"{type(exc).__name__}: {exc}", ExitCode.UNREACHABLE
+    print(f"{prog}: {message}", file=sys.stderr)
+    return code
 
 
 class FanInCMD(TaskiqCMD):
     """``taskiq fanin ...``: taskiq's CLI finds it in the ``taskiq_cli`` group."""
 
-    short_help = "Status, listing and sweep of taskiq-fanin groups"
+    short_help = "Status of taskiq-fanin groups and chains, listing and sweep"
 
     def exec(self, args: Sequence[str]) -> int:
         """Run the command line that follows ``taskiq fanin``."""

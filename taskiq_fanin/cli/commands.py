@@ -8,12 +8,15 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from rich.console import RenderableType
 from taskiq import AsyncBroker
 
 from taskiq_fanin.api.broker import find_fanin
-from taskiq_fanin.api.control import group_status, list_groups
+from taskiq_fanin.api.control import list_groups, status
 from taskiq_fanin.api.sweeping import sweep
 from taskiq_fanin.cli.output import (
+    chain_doc,
+    chain_table,
     list_table,
     print_json,
     print_table,
@@ -22,9 +25,9 @@ from taskiq_fanin.cli.output import (
     sweep_summary,
     sweep_table,
 )
-from taskiq_fanin.cli.parser import EXIT_MISSING, EXIT_OK, EXIT_STUCK, UsageError
+from taskiq_fanin.cli.parser import ExitCode, NotFoundError, UsageError
 from taskiq_fanin.model.config import DEFAULT_PREFIX
-from taskiq_fanin.model.results import GroupState, SweepPolicy
+from taskiq_fanin.model.results import GroupState, GroupStatus, SweepPolicy
 from taskiq_fanin.worker.middleware import FanInMiddleware
 
 #: One command: reads (or sweeps) through the middleware, returns the exit code.
@@ -71,13 +74,25 @@ def open_target(args: argparse.Namespace) -> tuple[FanInMiddleware, Startable]:
 
 
 async def _status(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
-    status = await group_status(fanin, args.group_id)
+    found = await status(fanin, args.id)  # a group first, then a chain
     now = datetime.now(timezone.utc)
-    if args.json:
-        print_json(status_doc(status, now))
+    if isinstance(found, GroupStatus):
+        if found.state is GroupState.MISSING:
+            if args.json:
+                print_json(None)  # stdout stays one JSON document
+            prefix = fanin.config.prefix
+            raise NotFoundError(
+                f'no group or chain "{args.id}" under prefix "{prefix}"'
+            )
+        document = status_doc(found, now)
+        table: RenderableType = status_table(found, now)
     else:
-        print_table(status_table(status, now))
-    return EXIT_MISSING if status.state is GroupState.MISSING else EXIT_OK
+        document, table = chain_doc(found, now), chain_table(found, now)
+    if args.json:
+        print_json(document)
+    else:
+        print_table(table)
+    return ExitCode.OK
 
 
 async def _list(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
@@ -91,7 +106,7 @@ async def _list(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
         print_table(list_table(statuses, now, title))
     else:
         print(f"No {which} groups under {fanin.config.prefix!r}.")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 async def _sweep(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
@@ -104,7 +119,7 @@ async def _sweep(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
         if report.findings:
             print_table(sweep_table(report.findings, dry_run))
         print(sweep_summary(report, fanin.config.prefix))
-    return EXIT_STUCK if args.fail_on_stuck and report.stuck else EXIT_OK
+    return ExitCode.STUCK if args.fail_on_stuck and report.stuck else ExitCode.OK
 
 
 COMMANDS: dict[str, Command] = {"status": _status, "list": _list, "sweep": _sweep}

@@ -5,11 +5,17 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 
-from taskiq_fanin.model.results import GroupStatus
+from taskiq_fanin.model.results import (
+    ChainState,
+    ChainStatus,
+    GroupStatus,
+    MemberError,
+)
 from taskiq_fanin.store.keys import sweep_lock_key
 from taskiq_fanin.sweep.report import Finding, SweepReport
 
@@ -22,8 +28,8 @@ def print_json(document: object) -> None:
     print(json.dumps(document, indent=2))
 
 
-def print_table(table: Table) -> None:
-    """Print a table; piped, one line per row however wide."""
+def print_table(table: RenderableType) -> None:
+    """Print a table (or tables); piped, one line per row however wide."""
     console = Console()
     if not console.is_terminal:  # a pipe, a file, cron's mail: one line per row
         unbounded = console.options.update_width(sys.maxsize)
@@ -35,9 +41,21 @@ def print_table(table: Table) -> None:
 def status_doc(status: GroupStatus, now: datetime) -> dict[str, Any]:
     """The model as JSON, with its age and lateness at one ``now``."""
     return {
+        "kind": "group",
         **status.model_dump(mode="json"),
         "age_seconds": status.age_seconds(now),
         "overdue": status.overdue(now),
+    }
+
+
+def chain_doc(status: ChainStatus, now: datetime) -> dict[str, Any]:
+    """The model as JSON (steps counted from 0, as in Python), with its age."""
+    age = None if status.started is None else (now - status.started).total_seconds()
+    return {
+        "kind": "chain",
+        **status.model_dump(mode="json"),
+        "current": status.current,
+        "age_seconds": age,
     }
 
 
@@ -97,6 +115,72 @@ def status_table(status: GroupStatus, now: datetime) -> Table:
     ):
         table.add_row(name, str(value))
     return table
+
+
+def _error(raw: str | None) -> str:
+    """A recorded error summary as ``Type: message``."""
+    if raw is None:
+        return "-"
+    try:
+        error = MemberError.model_validate_json(raw)
+    except ValidationError:
+        return raw
+    return f"{error.type}: {error.message}" if error.message else error.type
+
+
+def _step(status: ChainStatus, index: int | None) -> str:
+    """Step ``index`` (from 0) as people count it: ``2 of 4 (group of 3)``."""
+    if index is None:
+        return "-"
+    names = status.step_names
+    name = f" ({names[index]})" if index < len(names) else ""
+    return f"{index + 1} of {status.steps}{name}"
+
+
+def _step_state(status: ChainStatus, index: int) -> str:
+    """What became of one step, judged from where the chain is."""
+    if index < status.step:
+        return "done"
+    if index > status.step:
+        return "waiting" if status.state is ChainState.RUNNING else "not run"
+    return {
+        ChainState.RUNNING: "current",
+        ChainState.FAILED: "failed",
+        ChainState.CANCELLED: "cancelled",
+    }.get(status.state, "-")
+
+
+def chain_table(status: ChainStatus, now: datetime) -> RenderableType:
+    """One chain: a row per field, then a row per step, the current one marked."""
+    fields = Table(title=f"Chain {status.chain_id}", show_header=False, box=box.SIMPLE)
+    fields.add_column(style="bold")
+    fields.add_column()
+    where = _step(status, status.step)
+    if status.state is ChainState.DONE:
+        where = f"all {status.steps} done"
+    elif status.state is not ChainState.RUNNING:
+        where = f"stopped at {where}"
+    age = None if status.started is None else (now - status.started).total_seconds()
+    for name, value in (
+        ("state", status.state.value),
+        ("step", where),
+        ("started", _time(status.started)),
+        ("updated", _time(status.updated)),
+        ("age", _duration(age)),
+        ("failed step", _step(status, status.failed_step)),
+        ("error", _error(status.error)),
+    ):
+        fields.add_row(name, value)
+    steps = Table(box=box.SIMPLE_HEAD)
+    steps.add_column("", no_wrap=True)  # the marker of the current step
+    steps.add_column("#", justify="right")
+    steps.add_column("step")
+    steps.add_column("state")
+    for index, name in enumerate(status.step_names):
+        state = _step_state(status, index)
+        marker = ">" if state == "current" else ""
+        steps.add_row(marker, str(index + 1), name, state)
+    return Group(fields, steps)
 
 
 def list_table(statuses: list[GroupStatus], now: datetime, title: str) -> Table:

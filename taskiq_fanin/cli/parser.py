@@ -1,34 +1,62 @@
 """The command line's arguments, its usage errors and its exit codes."""
 
 import argparse
-from typing import NoReturn
+import enum
+from typing import Any, NoReturn
 
 from taskiq_fanin.groups.inspection import DEFAULT_LIST_LIMIT
 from taskiq_fanin.model.config import DEFAULT_PREFIX
 from taskiq_fanin.sweep.run import DEFAULT_BATCH
 
-#: Exit codes, as ``--help`` lists them.
-EXIT_OK, EXIT_MISSING, EXIT_USAGE, EXIT_STUCK, EXIT_UNREACHABLE = 0, 1, 2, 2, 3
-#: The shell's code for a command stopped by Ctrl-C (128 + SIGINT).
-EXIT_INTERRUPTED = 130
 
-EPILOG = """\
-Options go after the command: taskiq-fanin status GROUP_ID --redis-url URL.
-Without --broker, the commands read Redis through a FanInMiddleware of their own
-(--redis-url, default $REDIS_URL; --prefix, default "fanin"). A sweep that acts
-(--redrive, --give-up, --apply) kicks tasks, so it needs your broker instead:
---broker module.path:variable, as for `taskiq worker`.
+class ExitCode(enum.IntEnum):
+    """What a command returns: one code per outcome, as ``--help`` lists them."""
+
+    OK = 0
+    NOT_FOUND = 1
+    USAGE = 2
+    STUCK = 3
+    UNREACHABLE = 4
+    #: The shell's code for a command stopped by Ctrl-C (128 + SIGINT).
+    INTERRUPTED = 130
+
+
+#: What each exit code means, for ``--help`` (every code has a line).
+EXIT_MEANINGS = {
+    ExitCode.OK: "done",
+    ExitCode.NOT_FOUND: "status: no group or chain has that id under the prefix",
+    ExitCode.USAGE: "usage error: options or arguments that cannot run as given",
+    ExitCode.STUCK: "sweep --fail-on-stuck: stuck groups or chains were found",
+    ExitCode.UNREACHABLE: "Redis (or the broker) could not be reached, "
+    "or replied with an error",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+#: The options every command takes, before or after the command's name.
+GLOBAL_OPTIONS = "--redis-url, --prefix, --broker and --json"
+
+EPILOG = f"""\
+{GLOBAL_OPTIONS} go before or after the command:
+`{{prog}} --redis-url URL list` and `{{prog}} list --redis-url URL` are the same.
+Without --broker, the commands read Redis through a FanInMiddleware of their
+own (--redis-url, default $REDIS_URL; --prefix, default "{DEFAULT_PREFIX}"). A sweep
+that acts (--redrive, --give-up, --apply) kicks tasks, so it needs your broker
+instead: --broker module.path:variable, as for `taskiq worker`.
+
+status ID shows the group with that id, else the chain. When there is neither,
+it says so in one line on stderr and exits {ExitCode.NOT_FOUND:d}; with --json it also
+prints null, so that stdout is one JSON document whenever Redis answered.
 
 exit codes:
-  0  done
-  1  status: the group is missing
-  2  usage error; sweep --fail-on-stuck: stuck groups were found
-  3  Redis (or the broker) could not be reached, or replied with an error
-"""
+""" + "\n".join(f"  {code:>3d}  {meaning}" for code, meaning in EXIT_MEANINGS.items())
 
 
 class UsageError(Exception):
-    """A command line that cannot run as given (exit code 2)."""
+    """A command line that cannot run as given (``ExitCode.USAGE``)."""
+
+
+class NotFoundError(Exception):
+    """The id names no group and no chain (``ExitCode.NOT_FOUND``)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,7 +64,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print ``message`` on one line and exit with the usage error code."""
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def _positive(text: str) -> int:
@@ -45,43 +73,73 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
-    """The parser of every command; the common options go after the command."""
-    common = _Parser(add_help=False)
-    common.add_argument("--redis-url", help="Redis of the groups (default: $REDIS_URL)")
-    common.add_argument("--prefix", help=f'key prefix (default: "{DEFAULT_PREFIX}")')
-    common.add_argument(
+def _add_global_options(parser: argparse.ArgumentParser, *, after: bool) -> None:
+    """The options every command takes, on the main parser or on a command's.
+
+    A command's copies default to ``SUPPRESS``: argparse copies every default of
+    a command's parser over the values parsed before the command's name, so a
+    real default there would undo ``taskiq-fanin --json status ID``.
+    """
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if after else value
+
+    parser.add_argument(
+        "--redis-url",
+        default=default(None),
+        help="Redis of the groups and chains (default: $REDIS_URL)",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=default(None),
+        help=f'key prefix (default: "{DEFAULT_PREFIX}")',
+    )
+    parser.add_argument(
         "--broker",
         metavar="MODULE:VARIABLE",
+        default=default(None),
         help="your broker with its FanInMiddleware, instead of --redis-url/--prefix",
     )
-    common.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="print one JSON document",
+    )
+
+
+def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
+    """The parser of every command; the global options go before or after it."""
     parser = _Parser(
         prog=prog,
-        description="Status, listing and sweep of taskiq-fanin groups.",
-        epilog=EPILOG,
+        description="Status of groups and chains, listing and sweep of groups.",
+        epilog=EPILOG.format(prog=prog),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_global_options(parser, after=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:
-        return commands.add_parser(
+        sub = commands.add_parser(
             name,
-            parents=[common],
             help=summary,
             description=summary[0].upper() + summary[1:] + ".",
-            epilog=EPILOG,
+            epilog=EPILOG.format(prog=prog),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
+        _add_global_options(sub, after=True)
+        return sub
 
-    status = command("status", "counts, state and times of one group")
-    status.add_argument("group_id", metavar="GROUP_ID")
+    status = command(
+        "status", "a group's counts, or a chain's steps, state, times and error"
+    )
+    status.add_argument("id", metavar="ID", help="a group id or a chain id")
     listing = command("list", "the groups not yet finished, soonest due first")
     listing.add_argument("--stuck", action="store_true", help="only overdue groups")
     listing.add_argument(
         "--limit", type=_positive, default=DEFAULT_LIST_LIMIT, help="at most N groups"
     )
-    sweeping = command("sweep", "find the groups that stopped moving")
+    sweeping = command("sweep", "find the groups and chains that stopped moving")
     modes = sweeping.add_mutually_exclusive_group()
     for flag, text in (
         ("--dry-run", "say what the sweep would do, write nothing (the default)"),
@@ -98,6 +156,8 @@ def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
         "--batch", type=_positive, default=DEFAULT_BATCH, help="at most N due groups"
     )
     sweeping.add_argument(
-        "--fail-on-stuck", action="store_true", help="exit 2 if groups are stuck"
+        "--fail-on-stuck",
+        action="store_true",
+        help=f"exit {ExitCode.STUCK:d} if groups or chains are stuck",
     )
     return parser
