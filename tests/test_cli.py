@@ -231,7 +231,7 @@ async def test_status_of_a_failed_chain_names_the_failed_step_and_its_error(
         1,
         None,
     )
-    assert "corrupt frame at 00:42" in status["error"]
+    assert "corrupt frame at 00:42" in status["error"]["message"]
 
 
 async def test_status_of_a_finished_chain_shows_every_step_done(app) -> None:

@@ -5,7 +5,6 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -117,14 +116,10 @@ def status_table(status: GroupStatus, now: datetime) -> Table:
     return table
 
 
-def _error(raw: str | None) -> str:
+def _error(error: MemberError | None) -> str:
     """A recorded error summary as ``Type: message``."""
-    if raw is None:
+    if error is None:
         return "-"
-    try:
-        error = MemberError.model_validate_json(raw)
-    except ValidationError:
-        return raw
     return f"{error.type}: {error.message}" if error.message else error.type
 
 
