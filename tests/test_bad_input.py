@@ -18,6 +18,7 @@ from taskiq_fanin import (
     InvalidGroupIdError,
     InvalidOptionError,
     MemberNotSerializableError,
+    MemberTooLargeError,
     MiddlewareNotFoundError,
     Signature,
     UnknownTaskError,
@@ -38,7 +39,9 @@ async def member(value: object) -> None:
 
 @pytest.fixture
 async def fanin(fake_redis: FakeRedis) -> AsyncIterator[FanInMiddleware]:
-    middleware = FanInMiddleware(fake_redis, prefix="bad", max_group_size=10)
+    middleware = FanInMiddleware(
+        fake_redis, prefix="bad", max_group_size=10, max_member_bytes=1000
+    )
     broker.middlewares.clear()
     broker.add_middlewares(middleware)
     await broker.startup()
@@ -60,6 +63,13 @@ def members(count: int) -> list[Signature]:
         (lambda: group([Signature.of("no.such:task")]), UnknownTaskError),
         (lambda: group(members(2), then="no.such:task"), UnknownTaskError),
         (lambda: group([Signature.of(member, object())]), MemberNotSerializableError),
+        (lambda: group([Signature.of(member, "x" * 2000)]), MemberTooLargeError),
+        (
+            lambda: group(members(1), then=Signature.of(member, "x" * 2000)),
+            MemberTooLargeError,
+        ),
+        (lambda: group(members(2), ttl=100, deadline=90), InvalidOptionError),
+        (lambda: group(members(2), ttl=30), InvalidOptionError),
         (lambda: group(members(2), group_id="a{b}"), InvalidGroupIdError),
         (lambda: group(members(2), group_id=""), InvalidGroupIdError),
         (lambda: group(members(2), group_id="x" * 129), InvalidGroupIdError),
@@ -115,6 +125,9 @@ async def _finalised(handle: GroupHandle) -> bool:
         {"max_group_size": 0},
         {"failure_policy": "nope"},
         {"ttl": 10, "deadline": 20},
+        {"ttl": 100, "deadline": 60, "finaliser_lease": 50},
+        {"retry_for": 0},
+        {"max_member_bytes": 0},
     ],
 )
 def test_bad_middleware_options_raise_a_typed_error(options: dict[str, object]) -> None:

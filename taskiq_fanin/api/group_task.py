@@ -4,7 +4,7 @@ import functools
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, ParamSpec, overload
+from typing import TYPE_CHECKING, ParamSpec, overload
 
 from taskiq import TaskiqMessage
 from taskiq.decor import AsyncTaskiqDecoratedTask
@@ -15,7 +15,7 @@ from taskiq_fanin.context import current_run
 from taskiq_fanin.groups.planning import plan_group
 from taskiq_fanin.groups.validation import validate_group
 from taskiq_fanin.model.errors import GroupTaskOrderError, MiddlewareNotFoundError
-from taskiq_fanin.model.labels import DEPTH_LABEL
+from taskiq_fanin.model.labels import depth_of
 from taskiq_fanin.model.options import GroupOptions
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
@@ -96,7 +96,4 @@ def _own_id(message: TaskiqMessage) -> str:
 def nesting_depth(message: TaskiqMessage) -> int:
     """How deep the running message sits in groups and chains (0: at the top)."""
     cursor = ChainCursor.from_labels(message.labels)
-    if cursor is not None:
-        return cursor.depth
-    raw: Any = message.labels.get(DEPTH_LABEL, "0")
-    return int(raw) if str(raw).isdigit() else 0
+    return cursor.depth if cursor is not None else depth_of(message.labels)

@@ -4,15 +4,13 @@ No coordinator runs a chain: each step's message carries the rest of the plan
 in its ``fanin_chain`` label, as JSON.
 """
 
-import logging
 from typing import Any
 
 from pydantic import BaseModel
 
+from taskiq_fanin.model.labels import not_ours
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import Step
-
-logger = logging.getLogger("taskiq_fanin.chains")
 
 #: On a chain step: the ``ChainCursor`` as JSON.
 CHAIN_LABEL = "fanin_chain"
@@ -52,7 +50,7 @@ class ChainCursor(BaseModel):
         try:
             return cls.model_validate_json(str(raw))
         except ValueError:
-            logger.warning("Malformed %s label ignored", CHAIN_LABEL)
+            not_ours(CHAIN_LABEL, str(raw))
             return None
 
 

@@ -21,6 +21,8 @@ from taskiq_fanin.store.scripts import text
 
 #: The most groups one listing reads.
 DEFAULT_LIST_LIMIT = 1000
+#: What a listing leaves out: groups over, or gone.
+FINISHED = frozenset({GroupState.COMPLETED, GroupState.CANCELLED, GroupState.MISSING})
 
 
 def status_from_meta(group_id: str, meta: dict[str, str]) -> GroupStatus:
@@ -57,9 +59,10 @@ async def list_groups(
     limit: int = DEFAULT_LIST_LIMIT,
     now: datetime | None = None,
 ) -> list[GroupStatus]:
-    """Groups in the index that still exist, soonest due first.
+    """Groups in the sweep's index not finished yet, soonest due first.
 
-    With ``stuck``, only those still open past their deadline.
+    With ``stuck``, only those still open past their deadline, on Redis's clock
+    (unless ``now`` says otherwise).
     """
     positive("limit", limit)
     raw_ids = await ctx.redis.zrange(index_key(ctx.config.prefix), 0, limit - 1)
@@ -68,7 +71,8 @@ async def list_groups(
         for group_id in group_ids:
             pipe.hgetall(GroupKeys(ctx.config.prefix, group_id).meta)
         metas = await pipe.execute()
-    now = now or datetime.now(timezone.utc)
+    if now is None:
+        now = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     statuses = [
         status_from_meta(group_id, {text(k): text(v) for k, v in meta.items()})
         for group_id, meta in zip(group_ids, metas, strict=True)
@@ -76,5 +80,5 @@ async def list_groups(
     return [
         status
         for status in statuses
-        if status.state is not GroupState.MISSING and (not stuck or status.overdue(now))
+        if status.state not in FINISHED and (not stuck or status.overdue(now))
     ]

@@ -18,6 +18,7 @@ from taskiq_fanin.model.errors import (
     GroupTooWideError,
     InvalidGroupError,
     MemberNotSerializableError,
+    MemberTooLargeError,
     NestingTooDeepError,
     UnknownTaskError,
 )
@@ -55,13 +56,14 @@ def validate_group(
     again with it goes on dispatching); a fresh one otherwise.
     """
     _check_group(ctx, spec, depth=depth)
+    limit = ctx.config.max_member_bytes
     ledger = tuple(
-        _serialized(index, member) for index, member in enumerate(spec.members)
+        _serialized(index, member, limit) for index, member in enumerate(spec.members)
     )
     options = spec.options.with_defaults(ctx.config)
     for name, continuation in (("then", options.then), ("on_error", options.on_error)):
         if continuation is not None:
-            _serialized(name, continuation)
+            _serialized(name, continuation, limit)
     longest = LONGEST_ID if depth == 1 else LONGEST_DERIVED_ID
     return GroupPlan(
         group_id=validate_group_id(spec.group_id, longest=longest)
@@ -126,11 +128,16 @@ def _known(ctx: FanInContext, sig: Signature) -> None:
             raise UnknownTaskError(task_name=needed.task_name)
 
 
-def _serialized(index: int | str, member: Signature | ChainSpec) -> str:
+def _serialized(index: int | str, member: Signature | ChainSpec, limit: int) -> str:
+    name = member.task_name if isinstance(member, Signature) else "chain"
     try:
-        return member_to_ledger(member)
+        entry = member_to_ledger(member)
     except _NOT_SERIALIZABLE as exc:
-        name = member.task_name if isinstance(member, Signature) else "chain"
         raise MemberNotSerializableError(
             index=index, task_name=name, reason=str(exc)
         ) from None
+    if len(entry) > limit:
+        raise MemberTooLargeError(
+            index=index, task_name=name, size=len(entry), maximum=limit
+        )
+    return entry

@@ -61,6 +61,20 @@ class MemberNotSerializableError(FanInError, TypeError):
     reason: str
 
 
+class MemberTooLargeError(FanInError, ValueError):
+    """A member's arguments are larger in the ledger than the configured cap."""
+
+    __template__ = (
+        "Member {index} ({task_name}) takes {size} bytes in the ledger, more than "
+        "the {maximum} allowed (max_member_bytes): pass a reference (an id, a key, "
+        "a URL) instead of the data"
+    )
+    index: int | str
+    task_name: str
+    size: int
+    maximum: int
+
+
 class UnknownTaskError(FanInError, LookupError):
     """A signature names a task the broker does not know."""
 

@@ -1,11 +1,19 @@
-"""The taskiq labels that tie a message to its group.
+"""The taskiq labels that tie a message to its group, parsed strictly.
 
 taskiq ships labels as strings (a dict label arrives as its repr), so each role is
-one compact string label, parsed defensively: a malformed label means "not ours".
+one compact string label. A label that is not exactly what the library writes
+(ASCII digits, bounded lengths, known kinds) is "not ours": it is logged once,
+and the message runs as a plain task.
 """
 
+import logging
+import re
 from dataclasses import dataclass
 from typing import Any
+
+from taskiq_fanin.model.ids import LONGEST_DERIVED_ID, is_valid_id
+
+logger = logging.getLogger("taskiq_fanin")
 
 #: On a member: ``<group id>/<member index>/<group token>``.
 MEMBER_LABEL = "fanin_member"
@@ -15,6 +23,38 @@ DEPTH_LABEL = "fanin_depth"
 CANCELLABLE_LABEL = "fanin_cancellable"
 #: On a continuation: ``<group id>/<group token>/<then or on_error>``.
 CONTINUATION_LABEL = "fanin_continuation"
+#: The label taskiq's retry middlewares count a task's attempts in.
+RETRIES_LABEL = "_retries"
+
+#: A count in a label: ASCII digits only (``str.isdigit`` takes "²" and "٣").
+_COUNT = re.compile(r"[0-9]{1,9}")
+#: A group's token: what the planner wrote (random letters and digits).
+_TOKEN = re.compile(r"[A-Za-z0-9]{1,64}")
+#: The continuations a group can run.
+KINDS = frozenset({"then", "on_error"})
+#: Malformed label values already logged (each is logged once).
+_warned: set[str] = set()
+_WARN_AT_MOST = 1024
+
+
+def count(value: object) -> int | None:
+    """A non-negative count written in ASCII digits, or ``None``."""
+    text = str(value)
+    return int(text) if _COUNT.fullmatch(text) else None
+
+
+def not_ours(label: str, value: str) -> None:
+    """Say once that a label of ours is malformed (the message runs as a plain task)."""
+    if value in _warned or len(_warned) >= _WARN_AT_MOST:
+        return
+    _warned.add(value)
+    logger.warning("Malformed %s label %r ignored: not ours", label, value[:200])
+
+
+def _group(group_id: str, token: str) -> bool:
+    return is_valid_id(group_id, longest=LONGEST_DERIVED_ID) and bool(
+        _TOKEN.fullmatch(token)
+    )
 
 
 @dataclass(frozen=True)
@@ -42,15 +82,19 @@ class MemberRef:
     @classmethod
     def from_labels(cls, labels: dict[str, Any]) -> "MemberRef | None":
         """Parse the member label, or ``None`` if absent or malformed."""
-        return cls.parse(str(labels.get(MEMBER_LABEL, "")))
+        value = labels.get(MEMBER_LABEL)
+        return None if value is None else cls.parse(str(value))
 
     @classmethod
     def parse(cls, value: str) -> "MemberRef | None":
-        """Parse a member label's value, or ``None`` if malformed."""
+        """Parse a member label's value, or ``None`` (logged once) if malformed."""
         parts = value.split("/")
-        if len(parts) != 3 or not parts[1].isdigit():
-            return None
-        return cls(group_id=parts[0], index=int(parts[1]), token=parts[2])
+        if len(parts) == 3 and _group(parts[0], parts[2]):
+            index = count(parts[1])
+            if index is not None:
+                return cls(group_id=parts[0], index=index, token=parts[2])
+        not_ours(MEMBER_LABEL, value)
+        return None
 
 
 @dataclass(frozen=True)
@@ -73,19 +117,23 @@ class ContinuationRef:
     @classmethod
     def from_labels(cls, labels: dict[str, Any]) -> "ContinuationRef | None":
         """Parse the continuation label, or ``None`` if absent or malformed."""
-        parts = str(labels.get(CONTINUATION_LABEL, "")).split("/")
-        if len(parts) != 3:
+        value = labels.get(CONTINUATION_LABEL)
+        if value is None:
             return None
-        return cls(group_id=parts[0], token=parts[1], kind=parts[2])
-
-
-#: The label taskiq's retry middlewares count a task's attempts in.
-RETRIES_LABEL = "_retries"
+        parts = str(value).split("/")
+        if len(parts) == 3 and _group(parts[0], parts[1]) and parts[2] in KINDS:
+            return cls(group_id=parts[0], token=parts[1], kind=parts[2])
+        not_ours(CONTINUATION_LABEL, str(value))
+        return None
 
 
 def attempt_of(labels: dict[str, Any]) -> int:
     """Which attempt of its task a message is: 0 first, 1 the first retry, ..."""
-    try:
-        return int(labels.get(RETRIES_LABEL, 0))
-    except (TypeError, ValueError):
-        return 0
+    value = labels.get(RETRIES_LABEL)
+    return 0 if value is None else count(value) or 0
+
+
+def depth_of(labels: dict[str, Any]) -> int:
+    """How deep a member sits in groups and chains, from its label (0: none)."""
+    value = labels.get(DEPTH_LABEL)
+    return 0 if value is None else count(value) or 0

@@ -5,37 +5,28 @@ touches a single Cluster slot. The open-groups index is the only key outside a
 group; it may be stale, and readers trust each group's own keys.
 """
 
-import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from taskiq_fanin.model.errors import InvalidGroupIdError
+from taskiq_fanin.model.ids import (
+    LONGEST_DERIVED_ID,
+    LONGEST_ID,
+    is_valid_id,
+    validate_group_id,
+)
 
-# Letters, digits and ``-_.:``; no braces (they would break the hash tag).
-ID_CHARACTERS = re.compile(r"[A-Za-z0-9_.:\-]+")
-#: The longest id a caller may give a group or a chain.
-LONGEST_ID = 128
-#: Ids the library derives (``<chain>.<step>``, ``<group>.<member>.r2``, ...) may
-#: be longer; lookups accept up to this.
-LONGEST_DERIVED_ID = 256
-
-
-def is_valid_id(value: str, *, longest: int = LONGEST_ID) -> bool:
-    """True when ``value`` can name a group or chain in a key."""
-    return 0 < len(value) <= longest and ID_CHARACTERS.fullmatch(value) is not None
-
-
-def validate_group_id(group_id: str, *, longest: int = LONGEST_ID) -> str:
-    """Return ``group_id`` unchanged, or raise if it cannot be used in a key."""
-    if not isinstance(group_id, str):
-        raise InvalidGroupIdError(group_id=repr(group_id), reason="must be a string")
-    if not is_valid_id(group_id, longest=longest):
-        raise InvalidGroupIdError(
-            group_id=group_id,
-            reason=f"use 1 to {longest} letters, digits or '-_.:' "
-            "(no braces or spaces)",
-        )
-    return group_id
+__all__ = [
+    "LONGEST_DERIVED_ID",
+    "LONGEST_ID",
+    "ChainKeys",
+    "GroupKeys",
+    "chain_index_key",
+    "group_keys",
+    "index_key",
+    "is_valid_id",
+    "sweep_lock_key",
+    "validate_group_id",
+]
 
 
 @dataclass(frozen=True)
