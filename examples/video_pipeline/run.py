@@ -47,8 +47,8 @@ async def follow(chain_id: str, timeout: float) -> ChainStatus:
         if now != last:
             print(f"{time.monotonic() - started:5.2f}s  {now}")
             last = now
-        if state.state is not ChainState.RUNNING:
-            return state
+        if state.state not in (ChainState.RUNNING, ChainState.FAILING):
+            return state  # failing: its error step and compensations are kicked
         if time.monotonic() - started > timeout:
             print(f"still running after {timeout:.0f}s: is a worker running?")
             return state
@@ -106,7 +106,8 @@ async def main(video: str, fail: str, timeout: float) -> int:
         state = await follow(handle.chain_id, timeout)
         undo = None
         if state.state is ChainState.FAILED:
-            # mark_failed and the compensations run after the record says failed.
+            # The record says failed once mark_failed and the compensations are
+            # kicked; they run after.
             undo = await compensations(handle.chain_id, timeout)
             await wait_for_line(redis, "failed ", timeout)
         print("journal:")
