@@ -54,7 +54,7 @@ SCRIPT_FILES = {**GROUP_SCRIPT_FILES, **CHAIN_SCRIPT_FILES}
 
 def read_script(filename: str) -> str:
     """A packaged Lua script as it is loaded: behind the shared prelude."""
-    return _prelude() + _source(filename)
+    return prelude() + _source(filename)
 
 
 def _source(filename: str) -> str:
@@ -62,7 +62,8 @@ def _source(filename: str) -> str:
 
 
 @cache
-def _prelude() -> str:
+def prelude() -> str:
+    """What every script is loaded behind: Redis's clock and the state tables."""
     return _source("prelude.lua").replace("__MOVES__", lua_table()) + "\n"
 
 
