@@ -100,16 +100,19 @@ async def run_all(
     """
     dl, dup, ovh = options
     plan = {
-        "deadlock": (deadlock.run, dl, Steps(bars, "deadlock", dl.steps)),
-        "duplicates": (duplicates.run, dup, Steps(bars, "duplicates", dup.steps)),
-        "overhead": (overhead.run, ovh, Steps(bars, "overhead", ovh.steps)),
+        "deadlock": (deadlock.run, dl),
+        "duplicates": (duplicates.run, dup),
+        "overhead": (overhead.run, ovh),
     }
+    chosen = [name for name in BENCHMARKS if name in only]
     results: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
-    for name in BENCHMARKS:
-        if name not in only:
-            continue
-        run, opts, steps = plan[name]
+    for number, name in enumerate(chosen, start=1):
+        run, opts = plan[name]
+        # A bar appears when its benchmark starts: none for one not chosen,
+        # none spinning at 0 for one still to come.
+        label = f"{name} ({number}/{len(chosen)})" if len(chosen) > 1 else name
+        steps = Steps(bars, label, opts.steps)
         try:
             results[name] = await run(provider, opts, steps)  # type: ignore[operator]
         except Exception as exc:
