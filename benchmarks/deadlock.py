@@ -4,9 +4,10 @@ Ten albums of five 200 ms resizes on one ``taskiq worker`` with 10 and with 20
 slots, three ways: parents that await their children's results, the library's
 ``@group_task`` with a continuation, and a baseline of the same fifty children
 with no parent at all; for reference, parents that kick their children with
-taskiq alone and end (what a parent hop costs, with nothing after it). Each run
-is timed from the first kick to the last album finished (baseline and reference:
-the last child); the median of the repeats is reported.
+taskiq alone and end (the hop any parent costs, with nothing after it: the
+fan-in's target is measured against it). Each run is timed from the first kick
+to the last album finished (baseline and reference: the last child); the median
+of the repeats is reported.
 
     python -m benchmarks.deadlock [--repeats 5] [--wait-timeout 5] [--json PATH]
 """
@@ -43,8 +44,9 @@ REFERENCE_PATTERNS = ("parent",)
 CHILDREN_ONLY = ("baseline", "parent")
 #: Seconds the untimed warm-up burst may take.
 WARMUP_TIMEOUT = 60.0
-#: How close the fan-in must come to the baseline at 10 slots (fraction).
-TARGET_FANIN_MARGIN = 0.03
+#: How much slower than parents that only kick (``parent``, taskiq's own hop,
+#: measured in the same run) the fan-in may be at 10 slots (fraction).
+TARGET_FANIN_MARGIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -337,25 +339,25 @@ def checks(data: dict[str, Any]) -> list[Check]:
         )
     # fakeredis runs in the benchmark's process: its times say little.
     timed = data.get("redis") != "fakeredis"
-    for pattern, other, measure, target in (
-        ("fanin", "baseline", "fanin vs baseline, 10 slots: time", "within"),
-        ("fanin", "parent", "fanin vs parents that only kick, 10 slots", "reference"),
-        # The floor under the fan-in's time: one taskiq hop and nothing after.
-        ("parent", "baseline", "parents that only kick vs baseline, 10 slots",
-         "reference"),
-    ):  # fmt: skip
+    # The fan-in against the hop any parent costs (the target), and both
+    # against no parent at all (reported): the parent's own cost is the floor
+    # under the fan-in's, and taskiq's, not the library's.
+    for pattern, other, target in (
+        ("fanin", "parent", True),
+        ("fanin", "baseline", False),
+        ("parent", "baseline", False),
+    ):
         row, against = _find(data, pattern, 10), _find(data, other, 10)
         if row is None or against is None:
             continue
         over = row["seconds"] / against["seconds"] - 1
-        within = target == "within"
         result.append(
             Check(
                 "deadlock",
-                measure,
-                f"within {TARGET_FANIN_MARGIN:.0%}" if within else target,
-                f"{row['seconds']:.3f} s vs {against['seconds']:.3f} s ({over:+.1%})",
-                over <= TARGET_FANIN_MARGIN if within and timed else None,
+                f"{pattern} vs {other}, 10 slots",
+                f"within {TARGET_FANIN_MARGIN:.0%}" if target else "reported",
+                f"{row['seconds']:.3f} / {against['seconds']:.3f} s, {over:+.1%}",
+                over <= TARGET_FANIN_MARGIN if target and timed else None,
             )
         )
     counts = sorted(int(key) for key in data["ideal_seconds"])
