@@ -16,6 +16,7 @@ OURS = "#2b7bba"
 BASELINE = "#7f7f7f"
 BAD = "#d6604d"
 PEER = "#bdbdbd"
+WALL = "#92c5de"
 TARGET = "#1a9850"
 
 
@@ -83,25 +84,67 @@ def _duplicates(ax: Axes, data: dict[str, Any]) -> None:
     ax.legend(fontsize=8)
 
 
-def _overhead(ax: Axes, data: dict[str, Any], target: float) -> None:
-    labels, values, colors = [], [], []
-    for row in data["runs"]:
-        labels.append(f"fan-in\nN={row['n']:,}")
-        values.append(row["ratio"])
-        colors.append(OURS if row["ratio"] <= target else BAD)
-    for name, ratio in data.get("peers_ratio", {}).items():
+def _overhead(ax: Axes, data: dict[str, Any], cpu_target: float) -> None:
+    positions, labels = [], []
+    x = 0.0
+    for first, row in _first(data["runs"]):
+        cpu = row.get("worker_cpu_ratio")
+        if cpu is not None:
+            bar = ax.bar(
+                x - 0.21,
+                cpu,
+                0.4,
+                color=OURS,
+                label="worker CPU per task" if first else None,
+            )
+            ax.bar_label(bar, [f"{cpu:.2f}"], fontsize=8)
+        middle = row["pair_ratio_median"]
+        low, high = row["pair_ratio_range"]
+        bar = ax.bar(
+            x + 0.21,
+            middle,
+            0.4,
+            yerr=[[middle - low], [high - middle]],
+            capsize=4,
+            color=WALL,
+            label="wall time: median of the pairs, min-max" if first else None,
+        )
+        # Above the error bar's cap, not across it.
+        ax.bar_label(bar, [f"{middle:.2f}"], fontsize=8, padding=3)
+        positions.append(x)
+        labels.append(
+            f"N={row['n']:,}\n{row['pairs']} pair" + ("s" if row["pairs"] != 1 else "")
+        )
+        x += 1.0
+    for first, (name, ratio) in _first(list(data.get("peers_ratio", {}).items())):
+        bar = ax.bar(
+            x,
+            ratio,
+            0.5,
+            color=PEER,
+            label="peers' wall time (seed)" if first else None,
+        )
+        ax.bar_label(bar, [f"{ratio:.2f}"], fontsize=8)
+        positions.append(x)
         labels.append(name.replace(" ", "\n", 1))
-        values.append(ratio)
-        colors.append(PEER)
-    bars = ax.bar(range(len(values)), values, color=colors)
-    ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=8)
+        x += 0.75
     ax.margins(y=0.1)
-    ax.axhline(target, color=TARGET, linestyle="dashed", label=f"target {target}")
+    ax.axhline(
+        cpu_target,
+        color=TARGET,
+        linestyle="dashed",
+        label=f"CPU target {cpu_target:.2f}",
+    )
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(values)), labels, fontsize=7)
-    ax.set_ylabel("wall time / plain tasks")
-    ax.set_title("Overhead: group vs plain tasks (peers: seed's figures)")
-    ax.legend(fontsize=8)
+    ax.set_xticks(positions, labels, fontsize=7)
+    ax.set_ylabel("group / the same N plain tasks")
+    ax.set_title("Overhead: a group of N no-op members vs N plain tasks")
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def _first(items: list[Any]) -> list[tuple[bool, Any]]:
+    """Each item, with whether it is the first (the one that gets a legend)."""
+    return [(index == 0, item) for index, item in enumerate(items)]
 
 
 def _commands(ax: Axes, data: dict[str, Any], celery: int) -> None:
@@ -128,7 +171,7 @@ def draw(
     duplicates: dict[str, Any] | None,
     overhead: dict[str, Any] | None,
     *,
-    ratio_target: float,
+    cpu_target: float,
     celery_commands: int,
 ) -> None:
     """Draw whichever benchmarks ran into one PNG."""
@@ -136,7 +179,7 @@ def draw(
     panels = [
         (deadlock, _deadlock),
         (duplicates, _duplicates),
-        (overhead, lambda ax, d: _overhead(ax, d, ratio_target)),
+        (overhead, lambda ax, d: _overhead(ax, d, cpu_target)),
         (overhead, lambda ax, d: _commands(ax, d, celery_commands)),
     ]
     for ax, (data, panel) in zip(axes.flat, panels, strict=True):
