@@ -105,19 +105,19 @@ async def run_all(
     """
     dl, dup, ovh = options
     plan = {
-        "deadlock": (deadlock.run, dl),
-        "duplicates": (duplicates.run, dup),
-        "overhead": (overhead.run, ovh),
+        "deadlock": (deadlock.run, dl, dl.steps),
+        "duplicates": (duplicates.run, dup, dup.steps),
+        "overhead": (overhead.run, ovh, ovh.steps),
     }
     chosen = [name for name in BENCHMARKS if name in only]
     results: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
     for number, name in enumerate(chosen, start=1):
-        run, opts = plan[name]
+        run, opts, total = plan[name]
         # A bar appears when its benchmark starts: none for one not chosen,
         # none spinning at 0 for one still to come.
         label = f"{name} ({number}/{len(chosen)})" if len(chosen) > 1 else name
-        steps = Steps(bars, label, opts.steps)
+        steps = Steps(bars, label, total)
         try:
             results[name] = await run(provider, opts, steps)  # type: ignore[operator]
         except Exception as exc:

@@ -248,7 +248,8 @@ def summarize(
     options: Options, outcomes: dict[tuple[str, int], list[Outcome]]
 ) -> dict[str, Any]:
     """The JSON document: medians of the repeats, and what they were."""
-    runs, reference_runs = [], []
+    runs: list[dict[str, Any]] = []
+    reference_runs: list[dict[str, Any]] = []
     for (pattern, slots), results in outcomes.items():
         finished = [o.finished for o in results]
         (reference_runs if pattern in REFERENCE_PATTERNS else runs).append(
