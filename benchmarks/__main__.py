@@ -26,8 +26,10 @@ from benchmarks._report import (
     Check,
     Steps,
     console,
+    describe_run,
     print_checks,
     progress_bars,
+    run_date,
     write_json,
 )
 from benchmarks._workers import install_cleanup, interrupted
@@ -137,6 +139,30 @@ def _cancelling() -> bool:
     return cancelling is not None and int(cancelling()) > 0
 
 
+def full_run() -> str:
+    """What ``make bench`` runs, for a quick run to say what it is short of."""
+    dl, dup, ovh = deadlock.Options(), duplicates.Options(), overhead.Options()
+    sizes = " and ".join(f"{n:,}" for n in ovh.sizes)
+    return (
+        f"make bench: deadlock {dl.repeats} repeats; duplicates {dup.albums}"
+        f" albums; overhead {ovh.repeats} pairs at N = {sizes}."
+    )
+
+
+def notes(results: dict[str, dict[str, Any]], *, quick: bool, date: str) -> list[str]:
+    """The lines under the table: the run's settings, then the legends."""
+    legends = {
+        "deadlock": deadlock.LEGEND,
+        "duplicates": duplicates.LEGEND,
+        "overhead": overhead.LEGEND,
+    }
+    lines = [f"{date}. {describe_run(results, quick=quick)}"]
+    if quick:
+        lines.append(full_run())
+    lines += [legends[name] for name in BENCHMARKS if name in results]
+    return lines
+
+
 def all_checks(
     results: dict[str, dict[str, Any]], errors: dict[str, str]
 ) -> list[Check]:
@@ -152,7 +178,9 @@ def all_checks(
             checks.extend(makers[name](results[name]))
         elif name in errors:
             checks.append(
-                Check(name, "ran to the end", "yes", errors[name][:60], False)
+                # The type only: the traceback is above, the message in
+                # summary.json.
+                Check(name, "ran to the end", "yes", errors[name].split(":")[0], False)
             )
     return checks
 
@@ -162,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     options = configure(args)
     install_cleanup()
+    date = run_date()
     began = time.perf_counter()
     try:
         with provide_redis(args.redis) as provider:
@@ -174,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return interrupted()
     seconds = time.perf_counter() - began
     checks = all_checks(results, errors)
+    redis = f"{provider.kind} {provider.version}".strip()
+    lines = notes(results, quick=args.quick, date=f"{date}, {redis}")
     for name, data in results.items():
         write_json(args.out / f"{name}.json", data)
     write_json(
@@ -181,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         {
             "redis": provider.kind,
             "quick": args.quick,
+            "date": date,
+            "settings": describe_run(results, quick=args.quick),
             "wall_seconds": round(seconds, 1),
             "checks": [asdict(check) for check in checks],
             "errors": errors,
@@ -195,10 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu_target=overhead.TARGET_CPU_RATIO,
         celery_commands=overhead.CELERY_CHORD_COMMANDS,
     )
-    print_checks(checks)
+    print_checks(checks, notes=lines)
     console.print(
-        f"Wrote {args.out}/*.json and {args.out}/summary.png "
-        f"in {seconds / 60:.1f} min ({provider.description})."
+        f"Wrote {args.out}/*.json and {args.out}/summary.png in {seconds / 60:.1f} min."
     )
     missed = any(check.met is False for check in checks)
     if errors:

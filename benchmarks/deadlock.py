@@ -42,6 +42,13 @@ PATTERNS = ("baseline", "fanin", "waiting")
 REFERENCE_PATTERNS = ("parent",)
 #: Patterns whose time ends with the last resize (no album step at the end).
 CHILDREN_ONLY = ("baseline", "parent")
+#: What the short names in the summary stand for.
+LEGEND = (
+    "deadlock: waiting = parents await their children; fanin = @group_task;"
+    " parent = parents that only kick their children (the hop any parent"
+    " costs); baseline = the children alone. Seconds: from the first kick to"
+    " the last album (none finished: to the last parent giving up)."
+)
 #: Seconds the untimed warm-up burst may take.
 WARMUP_TIMEOUT = 60.0
 #: How much slower than parents that only kick (``parent``, taskiq's own hop,
@@ -314,8 +321,10 @@ def _find(data: dict[str, Any], pattern: str, slots: int) -> dict[str, Any] | No
 
 
 def _finished(row: dict[str, Any]) -> str:
+    """Albums finished, the median; the spread of the repeats when they differ."""
     samples = row["samples"]["albums_finished"]
-    spread = "" if len(set(samples)) == 1 else f" (runs: {samples})"
+    low, high = min(samples), max(samples)
+    spread = "" if low == high else f" ({low}-{high})"
     return f"{row['albums_finished']} of {row['albums']}{spread}"
 
 
@@ -332,7 +341,7 @@ def checks(data: dict[str, Any]) -> list[Check]:
         result.append(
             Check(
                 "deadlock",
-                f"{pattern}, {slots} slots: albums finished",
+                f"{pattern}, {slots} slots: finished",
                 f"{goal} of {row['albums']}",
                 _finished(row),
                 all(s == goal for s in samples),
@@ -362,7 +371,10 @@ def checks(data: dict[str, Any]) -> list[Check]:
             )
         )
     counts = sorted(int(key) for key in data["ideal_seconds"])
-    ideal = " / ".join(f"{data['ideal_seconds'][str(s)]:g}" for s in counts)
+    at = f"at {' / '.join(map(str, counts))} slots"
+    ideal = " / ".join(f"{data['ideal_seconds'][str(s)]:.3f}" for s in counts)
+    # The bound the slots allow first, then each pattern's time beside it.
+    result.append(Check("deadlock", f"ideal {at}", "", f"{ideal} s", None))
     for pattern in PATTERNS + REFERENCE_PATTERNS:
         rows = [_find(data, pattern, s) for s in counts]
         times = " / ".join(
@@ -371,9 +383,9 @@ def checks(data: dict[str, Any]) -> list[Check]:
         result.append(
             Check(
                 "deadlock",
-                f"{pattern}: seconds at {' / '.join(map(str, counts))} slots",
-                f"ideal {ideal}",
-                times,
+                f"{pattern} {at}",
+                "reported",
+                f"{times} s",
                 None,
             )
         )

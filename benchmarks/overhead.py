@@ -50,6 +50,12 @@ APP = "benchmarks.apps.overhead"
 TARGET_CPU_RATIO = 1.10
 #: Pairs the full run times per size: the wall time ratio is their median.
 FULL_REPEATS = 5
+#: What the short names in the summary stand for.
+LEGEND = (
+    "overhead: a group of N no-op members over N plain tasks; CPU: the"
+    " worker's, per task; wall: the median of the A/B pairs (min-max);"
+    " memory: Redis's, at the group's peak."
+)
 #: Client round trips one child completion may cost.
 TARGET_ROUND_TRIPS = 1.0
 #: Commands a Celery 5.7 chord runs in Redis per completion; ours must be fewer.
@@ -550,7 +556,7 @@ def checks(data: dict[str, Any]) -> list[Check]:
         result.append(
             Check(
                 "overhead",
-                f"Redis memory per member, N={row['n']:,}",
+                f"memory per member, N={row['n']:,}",
                 "reported",
                 "not measurable here" if memory is None else f"{memory:.0f} B",
                 None,
