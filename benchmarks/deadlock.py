@@ -436,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options_from(args),
         redis_choice=args.redis,
         json_path=args.json,
+        legend=LEGEND,
     )
 
 
