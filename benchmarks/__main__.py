@@ -149,18 +149,24 @@ def full_run() -> str:
     )
 
 
-def notes(results: dict[str, dict[str, Any]], *, quick: bool, date: str) -> list[str]:
-    """The lines under the table: the run's settings, then the legends."""
-    legends = {
+def settings(
+    results: dict[str, dict[str, Any]], *, quick: bool, date: str
+) -> list[str]:
+    """When the run was, on which Redis, and what it ran (and make bench's)."""
+    lines = [f"{date}. {describe_run(results, quick=quick)}"]
+    if quick:
+        lines.append(full_run())
+    return lines
+
+
+def legends(results: dict[str, dict[str, Any]]) -> list[str]:
+    """What the short names in the table's rows stand for."""
+    legend = {
         "deadlock": deadlock.LEGEND,
         "duplicates": duplicates.LEGEND,
         "overhead": overhead.LEGEND,
     }
-    lines = [f"{date}. {describe_run(results, quick=quick)}"]
-    if quick:
-        lines.append(full_run())
-    lines += [legends[name] for name in BENCHMARKS if name in results]
-    return lines
+    return [legend[name] for name in BENCHMARKS if name in results]
 
 
 def all_checks(
@@ -204,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = time.perf_counter() - began
     checks = all_checks(results, errors)
     redis = f"{provider.kind} {provider.version}".strip()
-    lines = notes(results, quick=args.quick, date=f"{date}, {redis}")
+    run = settings(results, quick=args.quick, date=f"{date}, {redis}")
     for name, data in results.items():
         write_json(args.out / f"{name}.json", data)
     write_json(
@@ -225,10 +231,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.get("deadlock"),
         results.get("duplicates"),
         results.get("overhead"),
+        title="taskiq-fanin benchmarks"
+        + (": a quick run (smoke test, not a measurement)" if args.quick else ""),
+        settings=run,
+        fanin_margin=deadlock.TARGET_FANIN_MARGIN,
         cpu_target=overhead.TARGET_CPU_RATIO,
+        round_trips_target=overhead.TARGET_ROUND_TRIPS,
         celery_commands=overhead.CELERY_CHORD_COMMANDS,
     )
-    print_checks(checks, notes=lines)
+    print_checks(checks, notes=run + legends(results))
     console.print(
         f"Wrote {args.out}/*.json and {args.out}/summary.png in {seconds / 60:.1f} min."
     )
