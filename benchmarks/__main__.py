@@ -149,12 +149,20 @@ def full_run() -> str:
     )
 
 
-def settings(
-    results: dict[str, dict[str, Any]], *, quick: bool, date: str
-) -> list[str]:
+def run_kind(args: argparse.Namespace) -> str:
+    """Quick, full (make bench's settings) or custom: what a reader must know first."""
+    if args.quick:
+        return "Quick run (a smoke test, not a measurement)"
+    custom = (args.repeats, args.sizes, args.wait_timeout, args.seed, args.dup_rate)
+    if all(value is None for value in custom):
+        return "Full run (make bench's settings)"
+    return "Custom run"
+
+
+def settings(results: dict[str, dict[str, Any]], *, kind: str, date: str) -> list[str]:
     """When the run was, on which Redis, and what it ran (and make bench's)."""
-    lines = [f"{date}. {describe_run(results, quick=quick)}"]
-    if quick:
+    lines = [f"{date}. {describe_run(results, kind=kind)}"]
+    if not kind.startswith("Full"):
         lines.append(full_run())
     return lines
 
@@ -210,7 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = time.perf_counter() - began
     checks = all_checks(results, errors)
     redis = f"{provider.kind} {provider.version}".strip()
-    run = settings(results, quick=args.quick, date=f"{date}, {redis}")
+    kind = run_kind(args)
+    run = settings(results, kind=kind, date=f"{date}, {redis}")
     for name, data in results.items():
         write_json(args.out / f"{name}.json", data)
     write_json(
@@ -219,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "redis": provider.kind,
             "quick": args.quick,
             "date": date,
-            "settings": describe_run(results, quick=args.quick),
+            "settings": describe_run(results, kind=kind),
             "wall_seconds": round(seconds, 1),
             "checks": [asdict(check) for check in checks],
             "errors": errors,
@@ -231,8 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.get("deadlock"),
         results.get("duplicates"),
         results.get("overhead"),
-        title="taskiq-fanin benchmarks"
-        + (": a quick run (smoke test, not a measurement)" if args.quick else ""),
+        title=f"taskiq-fanin benchmarks: {kind[0].lower()}{kind[1:]}",
         settings=run,
         fanin_margin=deadlock.TARGET_FANIN_MARGIN,
         cpu_target=overhead.TARGET_CPU_RATIO,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ mpl.use("Agg")  # no display: this only ever writes a file
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.container import BarContainer
 from matplotlib.ticker import FuncFormatter
 
 OURS = "#2b7bba"
@@ -119,7 +121,7 @@ def _overhead(ax: Axes, data: dict[str, Any], cpu_target: float) -> None:
                 color=OURS,
                 label="worker CPU per task" if first else None,
             )
-            ax.bar_label(bar, [f"{cpu:.2f}"], fontsize=8)
+            _label(ax, bar, f"{cpu:.2f}")
         middle = row["pair_ratio_median"]
         low, high = row["pair_ratio_range"]
         bar = ax.bar(
@@ -132,7 +134,7 @@ def _overhead(ax: Axes, data: dict[str, Any], cpu_target: float) -> None:
             label="wall time: median of the pairs, min-max" if first else None,
         )
         # Above the error bar's cap, not across it.
-        ax.bar_label(bar, [f"{middle:.2f}"], fontsize=8, padding=3)
+        _label(ax, bar, f"{middle:.2f}", padding=3)
         positions.append(x)
         labels.append(
             f"N={row['n']:,}\n{row['pairs']} pair" + ("s" if row["pairs"] != 1 else "")
@@ -146,10 +148,10 @@ def _overhead(ax: Axes, data: dict[str, Any], cpu_target: float) -> None:
             color=PEER,
             label="peers' wall time (the seed's figures)" if first else None,
         )
-        ax.bar_label(bar, [f"{ratio:.2f}"], fontsize=8)
+        _label(ax, bar, f"{ratio:.2f}")
         positions.append(x)
-        labels.append(name.replace(" ", "\n", 1))
-        x += 0.75
+        labels.append(textwrap.fill(name, 14))
+        x += 0.9
     ax.margins(y=0.1)
     ax.axhline(
         cpu_target,
@@ -162,6 +164,12 @@ def _overhead(ax: Axes, data: dict[str, Any], cpu_target: float) -> None:
     ax.set_ylabel("group / the same N plain tasks")
     ax.set_title("Overhead: a group of N no-op members vs N plain tasks", fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
+
+
+def _label(ax: Axes, bar: BarContainer, text: str, padding: float = 0) -> None:
+    """A value on its bar, on white: readable where a target line crosses it."""
+    for label in ax.bar_label(bar, [text], fontsize=8, padding=padding):
+        label.set_bbox({"facecolor": "white", "edgecolor": "none", "pad": 0.5})
 
 
 def _first(items: list[Any]) -> list[tuple[bool, Any]]:

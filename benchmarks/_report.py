@@ -80,8 +80,8 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
-def describe_run(results: dict[str, dict[str, Any]], *, quick: bool) -> str:
-    """What the run was: quick or not, and the repeats and sizes behind it.
+def describe_run(results: dict[str, dict[str, Any]], *, kind: str) -> str:
+    """What the run was (``kind``: quick, full...) and the repeats and sizes behind it.
 
     Read from the benchmarks' own documents, so it says what ran, whatever the
     command line asked for.
@@ -95,7 +95,6 @@ def describe_run(results: dict[str, dict[str, Any]], *, quick: bool) -> str:
         data = results["overhead"]
         sizes = " and ".join(f"{row['n']:,}" for row in data["runs"])
         parts.append(f"overhead {_count(data['repeats'], 'pair')} at N = {sizes}")
-    kind = "Quick run (a smoke test)" if quick else "Run"
     return f"{kind}: {'; '.join(parts)}."
 
 

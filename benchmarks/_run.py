@@ -157,7 +157,7 @@ def run_alone(
         return interrupted()
     write_json(json_path, data)
     redis = f"{provider.kind} {provider.version}".strip()
-    notes = [f"{date}, {redis}. {describe_run({name: data}, quick=False)}", legend]
+    notes = [f"{date}, {redis}. {describe_run({name: data}, kind='Run')}", legend]
     print_checks(checks(data), title=name, notes=notes)
     console.print(f"JSON: {json_path}")
     return 0
