@@ -26,13 +26,17 @@ from benchmarks._report import (
     Check,
     Steps,
     console,
+    describe_run,
     print_checks,
     progress_bars,
+    run_date,
     write_json,
 )
 from benchmarks._workers import install_cleanup, interrupted
 
 BENCHMARKS = ("deadlock", "duplicates", "overhead")
+#: Overhead pairs of a quick run (make bench: ``overhead.FULL_REPEATS``).
+QUICK_PAIRS = 3
 
 
 def parser() -> argparse.ArgumentParser:
@@ -43,7 +47,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="small sizes and one repeat: a smoke run of a minute or two",
+        help="deadlock: 1 repeat; overhead: N=2,000 only, 3 pairs; duplicates: 40"
+        " albums: a smoke run of a minute or two",
     )
     p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output directory")
@@ -72,7 +77,9 @@ def configure(
     if args.quick:
         dl = replace(dl, repeats=1, wait_timeout=2.0)
         dup = replace(dup, albums=40)
-        ovh = replace(ovh, sizes=(500, 2000), repeats=1, count_n=400, warmup=200)
+        # Fewer overhead pairs than make bench's, at its smaller size only:
+        # the summary and the chart say so.
+        ovh = replace(ovh, sizes=(2000,), repeats=QUICK_PAIRS, count_n=400, warmup=200)
     if args.repeats is not None:
         dl = replace(dl, repeats=args.repeats)
         ovh = replace(ovh, repeats=args.repeats)
@@ -100,16 +107,19 @@ async def run_all(
     """
     dl, dup, ovh = options
     plan = {
-        "deadlock": (deadlock.run, dl, Steps(bars, "deadlock", dl.steps)),
-        "duplicates": (duplicates.run, dup, Steps(bars, "duplicates", dup.steps)),
-        "overhead": (overhead.run, ovh, Steps(bars, "overhead", ovh.steps)),
+        "deadlock": (deadlock.run, dl, dl.steps),
+        "duplicates": (duplicates.run, dup, dup.steps),
+        "overhead": (overhead.run, ovh, ovh.steps),
     }
+    chosen = [name for name in BENCHMARKS if name in only]
     results: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
-    for name in BENCHMARKS:
-        if name not in only:
-            continue
-        run, opts, steps = plan[name]
+    for number, name in enumerate(chosen, start=1):
+        run, opts, total = plan[name]
+        # A bar appears when its benchmark starts: none for one not chosen,
+        # none spinning at 0 for one still to come.
+        label = f"{name} ({number}/{len(chosen)})" if len(chosen) > 1 else name
+        steps = Steps(bars, label, total)
         try:
             results[name] = await run(provider, opts, steps)  # type: ignore[operator]
         except Exception as exc:
@@ -129,6 +139,44 @@ def _cancelling() -> bool:
     return cancelling is not None and int(cancelling()) > 0
 
 
+def full_run() -> str:
+    """What ``make bench`` runs, for a quick run to say what it is short of."""
+    dl, dup, ovh = deadlock.Options(), duplicates.Options(), overhead.Options()
+    sizes = " and ".join(f"{n:,}" for n in ovh.sizes)
+    return (
+        f"make bench: deadlock {dl.repeats} repeats; duplicates {dup.albums}"
+        f" albums; overhead {ovh.repeats} pairs at N = {sizes}."
+    )
+
+
+def run_kind(args: argparse.Namespace) -> str:
+    """Quick, full (make bench's settings) or custom: what a reader must know first."""
+    if args.quick:
+        return "Quick run (a smoke test, not a measurement)"
+    custom = (args.repeats, args.sizes, args.wait_timeout, args.seed, args.dup_rate)
+    if all(value is None for value in custom):
+        return "Full run (make bench's settings)"
+    return "Custom run"
+
+
+def settings(results: dict[str, dict[str, Any]], *, kind: str, date: str) -> list[str]:
+    """When the run was, on which Redis, and what it ran (and make bench's)."""
+    lines = [f"{date}. {describe_run(results, kind=kind)}"]
+    if not kind.startswith("Full"):
+        lines.append(full_run())
+    return lines
+
+
+def legends(results: dict[str, dict[str, Any]]) -> list[str]:
+    """What the short names in the table's rows stand for."""
+    legend = {
+        "deadlock": deadlock.LEGEND,
+        "duplicates": duplicates.LEGEND,
+        "overhead": overhead.LEGEND,
+    }
+    return [legend[name] for name in BENCHMARKS if name in results]
+
+
 def all_checks(
     results: dict[str, dict[str, Any]], errors: dict[str, str]
 ) -> list[Check]:
@@ -144,7 +192,9 @@ def all_checks(
             checks.extend(makers[name](results[name]))
         elif name in errors:
             checks.append(
-                Check(name, "ran to the end", "yes", errors[name][:60], False)
+                # The type only: the traceback is above, the message in
+                # summary.json.
+                Check(name, "ran to the end", "yes", errors[name].split(":")[0], False)
             )
     return checks
 
@@ -154,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     options = configure(args)
     install_cleanup()
+    date = run_date()
     began = time.perf_counter()
     try:
         with provide_redis(args.redis) as provider:
@@ -166,6 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return interrupted()
     seconds = time.perf_counter() - began
     checks = all_checks(results, errors)
+    redis = f"{provider.kind} {provider.version}".strip()
+    kind = run_kind(args)
+    run = settings(results, kind=kind, date=f"{date}, {redis}")
     for name, data in results.items():
         write_json(args.out / f"{name}.json", data)
     write_json(
@@ -173,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         {
             "redis": provider.kind,
             "quick": args.quick,
+            "date": date,
+            "settings": describe_run(results, kind=kind),
             "wall_seconds": round(seconds, 1),
             "checks": [asdict(check) for check in checks],
             "errors": errors,
@@ -184,13 +240,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.get("deadlock"),
         results.get("duplicates"),
         results.get("overhead"),
-        ratio_target=overhead.TARGET_RATIO,
+        title=f"taskiq-fanin benchmarks: {kind[0].lower()}{kind[1:]}",
+        settings=run,
+        fanin_margin=deadlock.TARGET_FANIN_MARGIN,
+        cpu_target=overhead.TARGET_CPU_RATIO,
+        round_trips_target=overhead.TARGET_ROUND_TRIPS,
         celery_commands=overhead.CELERY_CHORD_COMMANDS,
     )
-    print_checks(checks)
+    print_checks(checks, notes=run + legends(results))
     console.print(
-        f"Wrote {args.out}/*.json and {args.out}/summary.png "
-        f"in {seconds / 60:.1f} min ({provider.description})."
+        f"Wrote {args.out}/*.json and {args.out}/summary.png in {seconds / 60:.1f} min."
     )
     missed = any(check.met is False for check in checks)
     if errors:

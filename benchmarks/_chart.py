@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,51 +13,73 @@ mpl.use("Agg")  # no display: this only ever writes a file
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.container import BarContainer
+from matplotlib.ticker import FuncFormatter
 
 OURS = "#2b7bba"
 BASELINE = "#7f7f7f"
 BAD = "#d6604d"
 PEER = "#bdbdbd"
+WALL = "#92c5de"
+PARENT = "#9e9ac8"
 TARGET = "#1a9850"
 
 
-def _deadlock(ax: Axes, data: dict[str, Any]) -> None:
-    patterns = [("waiting", "parents wait", BAD), ("fanin", "fan-in", OURS)]
-    patterns.append(("baseline", "no parent", BASELINE))
-    rows = {(r["pattern"], r["slots"]): r for r in data["runs"]}
+def _deadlock(ax: Axes, data: dict[str, Any], margin: float) -> None:
+    patterns = [
+        ("waiting", "parents wait", BAD),
+        ("fanin", "fan-in", OURS),
+        ("parent", "parents only kick", PARENT),
+        ("baseline", "no parent", BASELINE),
+    ]
+    rows = {
+        (r["pattern"], r["slots"]): r
+        for r in [*data["runs"], *data.get("reference_runs", [])]
+    }
     slots = sorted({slot for _, slot in rows})
-    finished = [r["seconds"] for r in rows.values() if r["albums_finished"]]
-    # A deadlocked run lasts as long as its timeouts: cut its bar, say how long.
-    top = 1.4 * max(finished or [1.0])
     width = 0.8 / len(patterns)
     for offset, (pattern, label, color) in enumerate(patterns):
         for x, slot in enumerate(slots):
             row = rows.get((pattern, slot))
             if row is None:
                 continue
+            # Every bar is as tall as its time, a deadlocked run's too (it
+            # lasted until its parents gave up): the axis reaches the tallest.
             failed = row["albums_finished"] < row["albums"]
             bar = ax.bar(
-                x + (offset - 1) * width,
-                min(row["seconds"], top),
+                x + (offset - (len(patterns) - 1) / 2) * width,
+                row["seconds"],
                 width,
                 color=color,
                 hatch="//" if failed else None,
                 label=label if x == 0 else None,
             )
-            text = f"{row['albums_finished']}/{row['albums']}"
-            if row["seconds"] > top:
-                text += f", gave up\nafter {row['seconds']:.1f} s (bar cut)"
-            ax.bar_label(bar, [text], fontsize=8)
+            text = f"{row['seconds']:.3f}"
+            if failed:
+                text += f"\n{row['albums_finished']}/{row['albums']}"
+                if row["albums_finished"] == 0:
+                    text += "\ngave up"
+            ax.bar_label(bar, [text], fontsize=7)
     for x, slot in enumerate(slots):
         ideal = data["ideal_seconds"][str(slot)]
         ax.hlines(ideal, x - 0.45, x + 0.45, colors=TARGET, linestyles="dashed")
-    ax.set_ylim(0, top * 1.2)
+    ax.set_ylim(0, 1.2 * max(row["seconds"] for row in rows.values()))
     ax.set_xticks(range(len(slots)), [f"{s} slots" for s in slots])
-    ax.set_ylabel("seconds to the last album (median)")
-    ax.set_title(
-        "Deadlock: 10 albums x 5 resizes of 200 ms\n"
-        "(labels: albums finished; hatched: not all; dashed: ideal)"
+    repeats = data["repeats"]
+    ax.set_ylabel(
+        "seconds to the last album"
+        + (" (1 run)" if repeats == 1 else f" (median of {repeats})")
     )
+    fanin, parent = rows.get(("fanin", 10)), rows.get(("parent", 10))
+    lines = ["Deadlock: 10 albums x 5 resizes of 200 ms"]
+    if fanin and parent:
+        over = fanin["seconds"] / parent["seconds"] - 1
+        lines.append(
+            f"fan-in vs parents only kick, 10 slots: {over:+.1%}"
+            f" (target <= {margin:+.0%})"
+        )
+    lines.append("hatched: not every album finished; dashed: ideal")
+    ax.set_title("\n".join(lines), fontsize=10)
     ax.legend(fontsize=8, loc="upper right")
 
 
@@ -78,48 +102,112 @@ def _duplicates(ax: Axes, data: dict[str, Any]) -> None:
     ax.set_xticks(range(3), ["fired early", "fired twice", "never fired"])
     ax.set_ylabel(f"albums of {data['albums']}")
     ax.set_title(
-        f"Duplicates: {data['deliveries']} deliveries for {data['children']} children"
+        f"Duplicates: {data['deliveries']} deliveries for {data['children']} children",
+        fontsize=10,
     )
     ax.legend(fontsize=8)
 
 
-def _overhead(ax: Axes, data: dict[str, Any], target: float) -> None:
-    labels, values, colors = [], [], []
-    for row in data["runs"]:
-        labels.append(f"fan-in\nN={row['n']:,}")
-        values.append(row["ratio"])
-        colors.append(OURS if row["ratio"] <= target else BAD)
-    for name, ratio in data.get("peers_ratio", {}).items():
-        labels.append(name.replace(" ", "\n", 1))
-        values.append(ratio)
-        colors.append(PEER)
-    bars = ax.bar(range(len(values)), values, color=colors)
-    ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=8)
+def _overhead(ax: Axes, data: dict[str, Any], cpu_target: float) -> None:
+    positions, labels = [], []
+    x = 0.0
+    for first, row in _first(data["runs"]):
+        cpu = row.get("worker_cpu_ratio")
+        if cpu is not None:
+            bar = ax.bar(
+                x - 0.21,
+                cpu,
+                0.4,
+                color=OURS,
+                label="worker CPU per task" if first else None,
+            )
+            _label(ax, bar, f"{cpu:.2f}")
+        middle = row["pair_ratio_median"]
+        low, high = row["pair_ratio_range"]
+        bar = ax.bar(
+            x + 0.21,
+            middle,
+            0.4,
+            yerr=[[middle - low], [high - middle]],
+            capsize=4,
+            color=WALL,
+            label="wall time: median of the pairs, min-max" if first else None,
+        )
+        # Above the error bar's cap, not across it.
+        _label(ax, bar, f"{middle:.2f}", padding=3)
+        positions.append(x)
+        labels.append(
+            f"N={row['n']:,}\n{row['pairs']} pair" + ("s" if row["pairs"] != 1 else "")
+        )
+        x += 1.0
+    for first, (name, ratio) in _first(list(data.get("peers_ratio", {}).items())):
+        bar = ax.bar(
+            x,
+            ratio,
+            0.5,
+            color=PEER,
+            label="peers' wall time (the seed's figures)" if first else None,
+        )
+        _label(ax, bar, f"{ratio:.2f}")
+        positions.append(x)
+        labels.append(textwrap.fill(name, 14))
+        x += 0.9
     ax.margins(y=0.1)
-    ax.axhline(target, color=TARGET, linestyle="dashed", label=f"target {target}")
+    ax.axhline(
+        cpu_target,
+        color=TARGET,
+        linestyle="dashed",
+        label=f"CPU target {cpu_target:.2f}",
+    )
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(values)), labels, fontsize=7)
-    ax.set_ylabel("wall time / plain tasks")
-    ax.set_title("Overhead: group vs plain tasks (peers: seed's figures)")
-    ax.legend(fontsize=8)
+    ax.set_xticks(positions, labels, fontsize=7)
+    ax.set_ylabel("group / the same N plain tasks")
+    ax.set_title("Overhead: a group of N no-op members vs N plain tasks", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
 
 
-def _commands(ax: Axes, data: dict[str, Any], celery: int) -> None:
+def _label(ax: Axes, bar: BarContainer, text: str, padding: float = 0) -> None:
+    """A value on its bar, on white: readable where a target line crosses it."""
+    for label in ax.bar_label(bar, [text], fontsize=8, padding=padding):
+        label.set_bbox({"facecolor": "white", "edgecolor": "none", "pad": 0.5})
+
+
+def _first(items: list[Any]) -> list[tuple[bool, Any]]:
+    """Each item, with whether it is the first (the one that gets a legend)."""
+    return [(index == 0, item) for index, item in enumerate(items)]
+
+
+def _commands(ax: Axes, data: dict[str, Any], celery: int, trips: float) -> None:
     counting = data.get("counting")
     if not counting:
         ax.text(0.5, 0.5, "not measured (no MONITOR)", ha="center", va="center")
         ax.set_axis_off()
         return
-    labels = ["round trips", "commands in Redis"]
     ours = [counting["round_trips_per_child"], counting["redis_commands_per_child"]]
     bars = ax.bar([0, 1], ours, 0.5, color=OURS, label="fan-in, per completion")
     ax.bar_label(bars, [f"{v:.2f}" for v in ours], fontsize=8)
     peer = ax.bar([1.55], [celery], 0.5, color=PEER, label="Celery 5.7 chord")
     ax.bar_label(peer, [str(celery)], fontsize=8)
-    ax.hlines(1.0, -0.3, 0.3, colors=TARGET, linestyles="dashed", label="target")
-    ax.set_xticks([0, 1, 1.55], [*labels, "Celery chord\ncommands"], fontsize=8)
-    ax.set_title("Cost of one child completion")
-    ax.legend(fontsize=8)
+    ax.hlines(
+        trips,
+        -0.3,
+        0.3,
+        colors=TARGET,
+        linestyles="dashed",
+        label=f"target: <= {trips:g} round trip",
+    )
+    # A log axis: a twentieth of a round trip and a dozen commands both show.
+    ax.set_yscale("log")
+    ax.set_ylim(0.01, 4 * celery)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.set_xticks(
+        [0, 1, 1.55],
+        ["client round trips", "commands in Redis", "Celery chord\ncommands"],
+        fontsize=8,
+    )
+    ax.set_ylabel("per child completion (log scale)")
+    ax.set_title("Cost of one child completion", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
 
 
 def draw(
@@ -128,24 +216,46 @@ def draw(
     duplicates: dict[str, Any] | None,
     overhead: dict[str, Any] | None,
     *,
-    ratio_target: float,
+    title: str,
+    settings: Sequence[str],
+    fanin_margin: float,
+    cpu_target: float,
+    round_trips_target: float,
     celery_commands: int,
 ) -> None:
-    """Draw whichever benchmarks ran into one PNG."""
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    panels = [
-        (deadlock, _deadlock),
-        (duplicates, _duplicates),
-        (overhead, lambda ax, d: _overhead(ax, d, ratio_target)),
-        (overhead, lambda ax, d: _commands(ax, d, celery_commands)),
-    ]
-    for ax, (data, panel) in zip(axes.flat, panels, strict=True):
-        if data is None:
-            ax.set_axis_off()
+    """Draw whichever benchmarks ran into one PNG, titled with the run's settings.
+
+    ``settings`` are lines saying when the run was and what it ran (quick or
+    not, repeats, sizes): a chart is read away from the terminal it came from.
+    """
+    panels: list[Callable[[Axes], None]] = []
+    if deadlock is not None:
+        panels.append(lambda ax: _deadlock(ax, deadlock, fanin_margin))
+    if duplicates is not None:
+        panels.append(lambda ax: _duplicates(ax, duplicates))
+    if overhead is not None:
+        panels.append(lambda ax: _overhead(ax, overhead, cpu_target))
+        panels.append(
+            lambda ax: _commands(ax, overhead, celery_commands, round_trips_target)
+        )
+    rows = 1 if len(panels) <= 2 else 2
+    columns = 1 if len(panels) <= 1 else 2
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(6.5 * columns, 4.5 * rows + 0.8), squeeze=False
+    )
+    for index, ax in enumerate(axes.flat):
+        if index < len(panels):
+            panels[index](ax)
         else:
-            panel(ax, data)
-    fig.suptitle("taskiq-fanin benchmarks")
-    fig.tight_layout()
+            ax.set_axis_off()
+    # The title and the run's settings on top, in inches from the edge, so
+    # they keep their place whatever the number of panels.
+    height = fig.get_figheight()
+    fig.text(0.5, 1 - 0.12 / height, title, ha="center", va="top", fontsize=13,
+             fontweight="bold")  # fmt: skip
+    fig.text(0.5, 1 - 0.42 / height, "\n".join(settings), ha="center", va="top",
+             fontsize=9)  # fmt: skip
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.5 + 0.17 * len(settings)) / height))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

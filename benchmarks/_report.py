@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,9 @@ from rich.table import Table
 #: Where ``make bench`` writes its JSON, chart and worker logs.
 RESULTS_DIR = Path("bench-results")
 
-#: Piped into a file or CI log, the table keeps one line per row.
-console = Console(width=None if sys.stdout.isatty() else 120)
+#: A terminal's width, or COLUMNS; piped into a file or CI log without
+#: COLUMNS, 120 (the table itself fits 80).
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120)
 
 
 @contextlib.contextmanager
@@ -73,6 +76,33 @@ class Steps:
             )
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def describe_run(results: dict[str, dict[str, Any]], *, kind: str) -> str:
+    """What the run was (``kind``: quick, full...) and the repeats and sizes behind it.
+
+    Read from the benchmarks' own documents, so it says what ran, whatever the
+    command line asked for.
+    """
+    parts = []
+    if "deadlock" in results:
+        parts.append(f"deadlock {_count(results['deadlock']['repeats'], 'repeat')}")
+    if "duplicates" in results:
+        parts.append(f"duplicates {results['duplicates']['albums']} albums")
+    if "overhead" in results:
+        data = results["overhead"]
+        sizes = " and ".join(f"{row['n']:,}" for row in data["runs"])
+        parts.append(f"overhead {_count(data['repeats'], 'pair')} at N = {sizes}")
+    return f"{kind}: {'; '.join(parts)}."
+
+
+def run_date() -> str:
+    """Now, to the minute, with the local time zone."""
+    return datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+
+
 def median(values: Sequence[float]) -> float:
     """The median, rounded for JSON a person reads too."""
     return round(statistics.median(values), 4)
@@ -99,10 +129,22 @@ class Check:
     met: bool | None
 
 
-def checks_table(checks: Sequence[Check], title: str) -> Table:
-    """The summary a person reads at a glance."""
-    table = Table(title=title, title_justify="left")
-    table.add_column("benchmark", style="bold")
+def checks_table(
+    checks: Sequence[Check], title: str, notes: Sequence[str] = ()
+) -> Table:
+    """The summary a person reads at a glance, in 80 columns.
+
+    Each benchmark's rows follow a line with its name (a column of names would
+    take 12 of the 80); ``notes`` go under the table: the run's settings and
+    what the short names in the rows stand for.
+    """
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption="\n".join(notes) or None,
+        caption_justify="left",
+        caption_style="none",
+    )
     table.add_column("measure")
     table.add_column("target")
     table.add_column("measured", justify="right")
@@ -110,9 +152,9 @@ def checks_table(checks: Sequence[Check], title: str) -> Table:
     mark = {True: "[green]yes[/]", False: "[red]NO[/]", None: "[dim]-[/]"}
     for index, check in enumerate(checks):
         following = checks[index + 1] if index + 1 < len(checks) else None
-        first = index == 0 or checks[index - 1].benchmark != check.benchmark
+        if index == 0 or checks[index - 1].benchmark != check.benchmark:
+            table.add_row(f"[bold]{check.benchmark}[/]")
         table.add_row(
-            check.benchmark if first else "",
             check.measure,
             check.target,
             check.measured,
@@ -123,10 +165,12 @@ def checks_table(checks: Sequence[Check], title: str) -> Table:
 
 
 def print_checks(
-    checks: Sequence[Check], title: str = "taskiq-fanin benchmarks"
+    checks: Sequence[Check],
+    title: str = "taskiq-fanin benchmarks",
+    notes: Sequence[str] = (),
 ) -> None:
     """Print the summary table and a line counting missed targets."""
-    console.print(checks_table(checks, title))
+    console.print(checks_table(checks, title, notes))
     missed = [c for c in checks if c.met is False]
     if missed:
         console.print(f"[red]{len(missed)} target(s) missed.[/]")

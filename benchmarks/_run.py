@@ -25,8 +25,10 @@ from benchmarks._report import (
     Check,
     Steps,
     console,
+    describe_run,
     print_checks,
     progress_bars,
+    run_date,
     write_json,
 )
 from benchmarks._workers import (
@@ -139,9 +141,11 @@ def run_alone(
     *,
     redis_choice: str,
     json_path: Path,
+    legend: str,
 ) -> int:
     """``python -m benchmarks.<name>``: one benchmark, its table and its JSON."""
     install_cleanup()
+    date = run_date()
     try:
         with provide_redis(redis_choice) as provider:
             console.print(provider.description)
@@ -152,6 +156,8 @@ def run_alone(
     except KeyboardInterrupt:
         return interrupted()
     write_json(json_path, data)
-    print_checks(checks(data), title=name)
+    redis = f"{provider.kind} {provider.version}".strip()
+    notes = [f"{date}, {redis}. {describe_run({name: data}, kind='Run')}", legend]
+    print_checks(checks(data), title=name, notes=notes)
     console.print(f"JSON: {json_path}")
     return 0

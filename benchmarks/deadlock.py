@@ -4,9 +4,10 @@ Ten albums of five 200 ms resizes on one ``taskiq worker`` with 10 and with 20
 slots, three ways: parents that await their children's results, the library's
 ``@group_task`` with a continuation, and a baseline of the same fifty children
 with no parent at all; for reference, parents that kick their children with
-taskiq alone and end (what a parent hop costs, with nothing after it). Each run
-is timed from the first kick to the last album finished (baseline and reference:
-the last child); the median of the repeats is reported.
+taskiq alone and end (the hop any parent costs, with nothing after it: the
+fan-in's target is measured against it). Each run is timed from the first kick
+to the last album finished (baseline and reference: the last child); the median
+of the repeats is reported.
 
     python -m benchmarks.deadlock [--repeats 5] [--wait-timeout 5] [--json PATH]
 """
@@ -41,10 +42,18 @@ PATTERNS = ("baseline", "fanin", "waiting")
 REFERENCE_PATTERNS = ("parent",)
 #: Patterns whose time ends with the last resize (no album step at the end).
 CHILDREN_ONLY = ("baseline", "parent")
+#: What the short names in the summary stand for.
+LEGEND = (
+    "deadlock: waiting = parents await their children; fanin = @group_task;"
+    " parent = parents that only kick their children (the hop any parent"
+    " costs); baseline = the children alone. Seconds: from the first kick to"
+    " the last album (none finished: to the last parent giving up)."
+)
 #: Seconds the untimed warm-up burst may take.
 WARMUP_TIMEOUT = 60.0
-#: How close the fan-in must come to the baseline at 10 slots (fraction).
-TARGET_FANIN_MARGIN = 0.03
+#: How much slower than parents that only kick (``parent``, taskiq's own hop,
+#: measured in the same run) the fan-in may be at 10 slots (fraction).
+TARGET_FANIN_MARGIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -246,7 +255,8 @@ def summarize(
     options: Options, outcomes: dict[tuple[str, int], list[Outcome]]
 ) -> dict[str, Any]:
     """The JSON document: medians of the repeats, and what they were."""
-    runs, reference_runs = [], []
+    runs: list[dict[str, Any]] = []
+    reference_runs: list[dict[str, Any]] = []
     for (pattern, slots), results in outcomes.items():
         finished = [o.finished for o in results]
         (reference_runs if pattern in REFERENCE_PATTERNS else runs).append(
@@ -311,8 +321,10 @@ def _find(data: dict[str, Any], pattern: str, slots: int) -> dict[str, Any] | No
 
 
 def _finished(row: dict[str, Any]) -> str:
+    """Albums finished, the median; the spread of the repeats when they differ."""
     samples = row["samples"]["albums_finished"]
-    spread = "" if len(set(samples)) == 1 else f" (runs: {samples})"
+    low, high = min(samples), max(samples)
+    spread = "" if low == high else f" ({low}-{high})"
     return f"{row['albums_finished']} of {row['albums']}{spread}"
 
 
@@ -329,7 +341,7 @@ def checks(data: dict[str, Any]) -> list[Check]:
         result.append(
             Check(
                 "deadlock",
-                f"{pattern}, {slots} slots: albums finished",
+                f"{pattern}, {slots} slots: finished",
                 f"{goal} of {row['albums']}",
                 _finished(row),
                 all(s == goal for s in samples),
@@ -337,29 +349,32 @@ def checks(data: dict[str, Any]) -> list[Check]:
         )
     # fakeredis runs in the benchmark's process: its times say little.
     timed = data.get("redis") != "fakeredis"
-    for pattern, other, measure, target in (
-        ("fanin", "baseline", "fanin vs baseline, 10 slots: time", "within"),
-        ("fanin", "parent", "fanin vs parents that only kick, 10 slots", "reference"),
-        # The floor under the fan-in's time: one taskiq hop and nothing after.
-        ("parent", "baseline", "parents that only kick vs baseline, 10 slots",
-         "reference"),
-    ):  # fmt: skip
+    # The fan-in against the hop any parent costs (the target), and both
+    # against no parent at all (reported): the parent's own cost is the floor
+    # under the fan-in's, and taskiq's, not the library's.
+    for pattern, other, target in (
+        ("fanin", "parent", True),
+        ("fanin", "baseline", False),
+        ("parent", "baseline", False),
+    ):
         row, against = _find(data, pattern, 10), _find(data, other, 10)
         if row is None or against is None:
             continue
         over = row["seconds"] / against["seconds"] - 1
-        within = target == "within"
         result.append(
             Check(
                 "deadlock",
-                measure,
-                f"within {TARGET_FANIN_MARGIN:.0%}" if within else target,
-                f"{row['seconds']:.3f} s vs {against['seconds']:.3f} s ({over:+.1%})",
-                over <= TARGET_FANIN_MARGIN if within and timed else None,
+                f"{pattern} vs {other}, 10 slots",
+                f"within {TARGET_FANIN_MARGIN:.0%}" if target else "reported",
+                f"{row['seconds']:.3f} / {against['seconds']:.3f} s, {over:+.1%}",
+                over <= TARGET_FANIN_MARGIN if target and timed else None,
             )
         )
     counts = sorted(int(key) for key in data["ideal_seconds"])
-    ideal = " / ".join(f"{data['ideal_seconds'][str(s)]:g}" for s in counts)
+    at = f"at {' / '.join(map(str, counts))} slots"
+    ideal = " / ".join(f"{data['ideal_seconds'][str(s)]:.3f}" for s in counts)
+    # The bound the slots allow first, then each pattern's time beside it.
+    result.append(Check("deadlock", f"ideal {at}", "", f"{ideal} s", None))
     for pattern in PATTERNS + REFERENCE_PATTERNS:
         rows = [_find(data, pattern, s) for s in counts]
         times = " / ".join(
@@ -368,9 +383,9 @@ def checks(data: dict[str, Any]) -> list[Check]:
         result.append(
             Check(
                 "deadlock",
-                f"{pattern}: seconds at {' / '.join(map(str, counts))} slots",
-                f"ideal {ideal}",
-                times,
+                f"{pattern} {at}",
+                "reported",
+                f"{times} s",
                 None,
             )
         )
@@ -421,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options_from(args),
         redis_choice=args.redis,
         json_path=args.json,
+        legend=LEGEND,
     )
 
 
