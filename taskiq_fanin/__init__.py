@@ -13,13 +13,13 @@ from taskiq_fanin.api.control import (
     status,
 )
 from taskiq_fanin.api.group_task import group_task
-from taskiq_fanin.api.groups import Group, GroupHandle, group
+from taskiq_fanin.api.groups import Group, GroupHandle, group, group_handle
 from taskiq_fanin.api.sweeping import SWEEP_TASK_NAME, register_sweep_task, sweep
 from taskiq_fanin.model.errors import (
-    EmptyGroupError,
     FanInError,
     GroupStepFailedError,
     GroupTaskOrderError,
+    GroupTaskReturnError,
     GroupTooWideError,
     InvalidGroupError,
     InvalidGroupIdError,
@@ -54,7 +54,6 @@ __all__ = [
     "ChainHandle",
     "ChainState",
     "ChainStatus",
-    "EmptyGroupError",
     "FailurePolicy",
     "FanInError",
     "FanInMiddleware",
@@ -68,6 +67,7 @@ __all__ = [
     "GroupStatus",
     "GroupStepFailedError",
     "GroupTaskOrderError",
+    "GroupTaskReturnError",
     "GroupTooWideError",
     "InvalidGroupError",
     "InvalidGroupIdError",
@@ -87,6 +87,7 @@ __all__ = [
     "chain",
     "chain_status",
     "group",
+    "group_handle",
     "group_status",
     "group_task",
     "list_groups",

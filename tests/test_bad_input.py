@@ -8,11 +8,11 @@ from fakeredis.aioredis import FakeRedis
 from taskiq import InMemoryBroker, TaskiqError
 
 from taskiq_fanin import (
-    EmptyGroupError,
     FanInError,
     FanInMiddleware,
     GroupHandle,
     GroupTaskOrderError,
+    GroupTaskReturnError,
     GroupTooWideError,
     InvalidGroupError,
     InvalidGroupIdError,
@@ -57,7 +57,6 @@ def members(count: int) -> list[Signature]:
 @pytest.mark.parametrize(
     ("spec", "error"),
     [
-        (lambda: group([]), EmptyGroupError),
         (lambda: group(members(11)), GroupTooWideError),
         (lambda: group([*members(2), "not a signature"]), InvalidGroupError),
         (lambda: group([Signature.of("no.such:task")]), UnknownTaskError),
@@ -78,7 +77,6 @@ def members(count: int) -> list[Signature]:
         (lambda: group(members(2), deadline=0), InvalidOptionError),
         (lambda: group(members(2), failure_policy="explode"), InvalidOptionError),
         (chain, InvalidGroupError),
-        (lambda: chain(members(1)[0], group([])), EmptyGroupError),
         (lambda: chain(members(1)[0], group(members(11))), GroupTooWideError),
         (lambda: chain(Signature.of(member, object())), MemberNotSerializableError),
         (lambda: chain(members(1)[0], on_error="no.such:task"), UnknownTaskError),
@@ -147,6 +145,45 @@ async def test_a_group_task_called_directly_explains_itself() -> None:
 
     with pytest.raises(MiddlewareNotFoundError, match="group task"):
         await fan_out()
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        (lambda: group([member]), r"member 0 is the task .*Signature\.of\(member"),
+        (lambda: group(members(1), group_id="x" * 10_000), r"\.\.\. \(10002 char"),
+        (
+            lambda: group(members(1), then=Signature.of(member, object())),
+            r"^The continuation then \(.*member\) cannot be serialized",
+        ),
+        (
+            lambda: chain(members(1)[0], Signature.of(member, object())),
+            r"^Step 1 of the chain \(.*member\) cannot be serialized",
+        ),
+        (lambda: group(members(1), ttl="soon"), r"^Invalid option ttl='soon'"),
+    ],
+)
+async def test_an_error_names_the_thing_cuts_long_values_and_says_what_to_do(
+    fanin: FanInMiddleware, spec: object, says: str
+) -> None:
+    with pytest.raises(FanInError, match=says) as raised:
+        await spec().kiq(broker)  # type: ignore[operator]
+    assert len(str(raised.value)) < 400
+
+
+async def test_a_group_task_body_that_returns_no_members_names_the_task(
+    fanin: FanInMiddleware,
+) -> None:
+    @broker.task(task_name="empty_handed")
+    @group_task
+    async def empty_handed() -> None:
+        return None
+
+    task = await empty_handed.kiq()
+    result = await task.wait_result()
+    assert result.is_err
+    assert isinstance(result.error, GroupTaskReturnError)
+    assert "empty_handed returned None" in str(result.error)
 
 
 def test_group_task_above_broker_task_is_refused_when_decorating() -> None:

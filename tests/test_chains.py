@@ -75,13 +75,14 @@ async def test_a_group_in_the_middle_of_a_chain_completes_with_one_slot(
     async with worker(broker, max_async_tasks=1):
         handle = await chain(
             Signature.of(probe, "video"),
-            group([Signature.of(transcode, 0, r) for r in range(5)]),
+            group([Signature.of(transcode, r) for r in range(5)]),
             Signature.of(notify, "done"),
         ).kiq(broker)
         await eventually(lambda: len(finished) == 1, what="notify")
         await eventually(lambda: _chain_state(handle, ChainState.DONE), what="done")
 
-    assert finished == [(4, [0, 0, 0, 0, 0])]
+    # Each transcode took probe's result (5) first, as any next step would.
+    assert finished == [(4, [0, 5, 10, 15, 20])]
 
 
 async def test_the_group_step_passes_the_previous_result_to_its_members(
@@ -95,8 +96,16 @@ async def test_the_group_step_passes_the_previous_result_to_its_members(
         return 3
 
     @broker.task
-    async def times(factor: int) -> int:
-        return factor * 10
+    async def times(previous: int, factor: int) -> int:
+        return previous * factor
+
+    @broker.task
+    async def alone(factor: int) -> int:
+        return factor
+
+    @broker.task
+    async def twice(previous: int) -> int:
+        return previous * 2
 
     @broker.task
     async def collect(result: GroupResult) -> None:
@@ -105,13 +114,20 @@ async def test_the_group_step_passes_the_previous_result_to_its_members(
     async with worker(broker, max_async_tasks=2):
         await chain(
             Signature.of(first),
-            group([Signature.of(times, i) for i in range(3)]),
+            group(
+                [
+                    Signature.of(times, 10),
+                    Signature.of(times, 100),
+                    Signature.of(alone, 7).immutable(),  # opts out
+                    chain(Signature.of(twice), Signature.of(twice)),  # its first step
+                ]
+            ),
             Signature.of(collect),
         ).kiq(broker)
         await eventually(lambda: len(results) == 1, what="collect")
 
-    # A group's members are planned as given: they do not receive the result.
-    assert results == [[0, 10, 20]]
+    # As Celery's chain into a group: each member takes the previous result first.
+    assert results == [[30, 300, 7, 12]]
 
 
 async def test_a_step_delivered_twice_enqueues_its_next_step_once(

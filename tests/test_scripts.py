@@ -65,6 +65,7 @@ async def create(
         options=OPTIONS,
         members=[f'{{"t":"m","a":[{i}]}}' for i in range(total)],
         planner_lease_ms=60_000,
+        claimant="planner",
     )
     return created, group_token
 
@@ -521,6 +522,7 @@ async def test_a_redrive_pushes_the_deadline_and_keeps_the_keys_alive_past_it(
         options={**OPTIONS, "then": "", "sweep": "redrive", "ttl": 2_000},
         members=['{"t":"m"}', '{"t":"m"}'],
         planner_lease_ms=60_000,
+        claimant="planner",
     )
     await record(scripts, keys, 0)
     deadline_before = int(await client.hget(keys.meta, "deadline"))

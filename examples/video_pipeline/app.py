@@ -58,7 +58,8 @@ async def release_quota(video: str) -> None:
 
 @broker.task
 async def transcode(video: str, rendition: str, fail: str = "") -> str:
-    """One rendition; ``fail`` names a rendition that fails for good."""
+    """One rendition of what ``probe`` returned; ``fail`` names a rendition that
+    fails for good."""
     await asyncio.sleep(0.2)
     if rendition == fail:
         raise RuntimeError(f"corrupt frame while transcoding {rendition}")
@@ -98,8 +99,9 @@ def pipeline(video: str, upload: str, fail: str = "") -> Chain:
         Signature.of(probe, video).with_compensation(
             Signature.of(release_quota, video)
         ),
+        # Each transcode receives probe's result (the video) first.
         group(
-            [Signature.of(transcode, video, r, fail) for r in RENDITIONS],
+            [Signature.of(transcode, r, fail) for r in RENDITIONS],
             failure_policy="fail",
         ),
         Signature.of(thumbnail, video),

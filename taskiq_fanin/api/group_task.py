@@ -14,7 +14,12 @@ from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import current_run
 from taskiq_fanin.groups.planning import plan_group
 from taskiq_fanin.groups.validation import validate_group
-from taskiq_fanin.model.errors import GroupTaskOrderError, MiddlewareNotFoundError
+from taskiq_fanin.model.errors import (
+    GroupTaskOrderError,
+    GroupTaskReturnError,
+    MiddlewareNotFoundError,
+    shown,
+)
 from taskiq_fanin.model.labels import depth_of
 from taskiq_fanin.model.options import GroupOptions
 from taskiq_fanin.model.signature import Signature
@@ -71,7 +76,7 @@ def group_task(
             returned = body(*args, **kwargs)
             if inspect.isawaitable(returned):
                 returned = await returned
-            spec = returned if isinstance(returned, GroupSpec) else group(returned)
+            spec = _as_group(message.task_name, returned)
             planned = GroupSpec(
                 members=spec.members,
                 options=defaults.overridden_by(spec.options),
@@ -86,6 +91,17 @@ def group_task(
         return fan_out
 
     return decorate(func) if func is not None else decorate
+
+
+def _as_group(task_name: str, returned: object) -> GroupSpec:
+    """What the body returned, as a group: members, or a ``group(...)``."""
+    if isinstance(returned, GroupSpec):
+        return returned
+    if isinstance(returned, Iterable) and not isinstance(
+        returned, str | bytes | dict | Signature | ChainSpec
+    ):
+        return group(returned)
+    raise GroupTaskReturnError(name=task_name, returned=shown(returned))
 
 
 def _own_id(message: TaskiqMessage) -> str:

@@ -2,14 +2,16 @@
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from taskiq import AsyncTaskiqTask
 
 from taskiq_fanin.api.broker import Target, context_of
+from taskiq_fanin.api.checks import wrong_kind
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import inspection
 from taskiq_fanin.groups.planning import plan_group
 from taskiq_fanin.groups.validation import validate_group
-from taskiq_fanin.model.errors import InvalidGroupError
 from taskiq_fanin.model.options import GroupOptions
 from taskiq_fanin.model.results import GroupStatus
 from taskiq_fanin.model.signature import Signature
@@ -26,13 +28,24 @@ class GroupHandle:
     """What planning a group hands back: its id, and a way to ask about it."""
 
     group_id: str
-    #: False when a group with this id already existed and nothing was dispatched.
-    created: bool
+    #: False when a group with this id already existed and nothing was
+    #: dispatched; ``None`` for the group of a ``@group_task`` kick.
+    created: bool | None
     _ctx: FanInContext = field(repr=False, compare=False)
 
     async def status(self) -> GroupStatus:
         """The group's status as Redis holds it now."""
         return await inspection.status(self._ctx, self.group_id)
+
+
+def group_handle(target: Target, kicked: AsyncTaskiqTask[Any] | str) -> GroupHandle:
+    """The group a ``@group_task`` kick plans: its id is the kick's task id.
+
+    ``handle = group_handle(broker, await make_album.kiq(7))``. Its ``status()``
+    says ``missing`` until the fan-out task has run and planned the group.
+    """
+    group_id = kicked if isinstance(kicked, str) else kicked.task_id
+    return GroupHandle(group_id, None, context_of(target))
 
 
 class Group(GroupSpec):
@@ -73,10 +86,7 @@ def group(
     listed = tuple(members)
     for index, member in enumerate(listed):
         if not isinstance(member, Signature | ChainSpec):
-            raise InvalidGroupError(
-                reason=f"member {index} is a {type(member).__name__}, "
-                "not a Signature or a chain"
-            )
+            raise wrong_kind(f"member {index}", member, "a Signature or a chain")
     return Group.model_construct(
         members=listed, options=GroupOptions.parse(options), group_id=group_id
     )

@@ -103,9 +103,27 @@ async def kick_step(
             "on_error": Signature(task_name=tasks.FAIL_TASK_NAME).with_labels(**label),
         }
     )
-    spec = GroupSpec(members=step.members, options=options, group_id=cursor.step_id)
+    members = step.members
+    if previous is not NOTHING:
+        members = tuple(_with_previous(member, previous) for member in members)
+    spec = GroupSpec(members=members, options=options, group_id=cursor.step_id)
     plan = validate_group(ctx, spec, depth=cursor.depth + 1, token=delivery)
     await plan_group(ctx, plan)
+
+
+def _with_previous(
+    member: Signature | ChainSpec, previous: Any
+) -> Signature | ChainSpec:
+    """A group step's member receives the previous step's result first, as a
+    task step does (``Signature.immutable()`` opts out); a chain member, at its
+    first step."""
+    if isinstance(member, Signature):
+        return member.prepend(previous) if member.pass_result else member
+    first = member.steps[0] if member.steps else None
+    if isinstance(first, Signature) and first.pass_result:
+        steps = (first.prepend(previous), *member.steps[1:])
+        return member.model_copy(update={"steps": steps})
+    return member
 
 
 def pending_json(

@@ -22,9 +22,22 @@ async def continue_chain(result: GroupResult) -> GroupResult:
 
 
 async def fail_chain(result: GroupResult) -> None:
-    """The error continuation of a group step (policy fail): fails the chain."""
+    """The error continuation of a group step (policy fail): fails the chain.
+
+    Its error names each failed member with its own error type and message.
+    """
+    details = "".join(
+        f"; member {index}: {error.type}: {error.message}"
+        for index, error in sorted(result.failed.items())
+    )
+    if result.lost:
+        details += f"; lost: {', '.join(str(index) for index in result.lost)}"
     raise GroupStepFailedError(
-        group_id=result.group_id, failed=result.failed_count, lost=len(result.lost)
+        group_id=result.group_id,
+        total=result.total,
+        failed=result.failed_count,
+        lost=len(result.lost),
+        details=details,
     )
 
 

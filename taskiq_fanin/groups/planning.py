@@ -13,8 +13,9 @@ from typing import Any
 from redis.asyncio import RedisCluster
 
 from taskiq_fanin import metrics
-from taskiq_fanin.context import FanInContext
+from taskiq_fanin.context import CLAIMANT, FanInContext
 from taskiq_fanin.groups import index
+from taskiq_fanin.groups.finalising import finalise
 from taskiq_fanin.groups.validation import GroupPlan
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.labels import CANCELLABLE_LABEL, DEPTH_LABEL, MemberRef
@@ -69,6 +70,8 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
     keys = GroupKeys(ctx.config.prefix, plan.group_id)
     deadline_ms = ms(plan.options.deadline)
 
+    claimant = f"{CLAIMANT}#plan-{plan.token}"
+
     def create() -> Awaitable[tuple[Created, str, str]]:
         return ctx.scripts.create_group(
             keys,
@@ -76,6 +79,7 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
             options={**meta_options(plan.options), "depth": plan.depth},
             members=plan.ledger,
             planner_lease_ms=ms(ctx.config.lease),
+            claimant=claimant,
         )
 
     # The index may be stale (the sweep prunes it), but it must never miss a
@@ -116,6 +120,9 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
     )
     await ctx.scripts.mark_planned(keys, token=token)
     metrics.GROUPS_PLANNED.inc()
+    if created is Created.CREATED and state == GroupState.CLAIMED.value:
+        # An empty group is complete at once: its continuation runs now.
+        await finalise(ctx, plan.group_id, token, claimant=claimant)
     return Planned(group_id=plan.group_id, created=created is Created.CREATED)
 
 

@@ -14,7 +14,6 @@ from pydantic_core import PydanticSerializationError
 
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.model.errors import (
-    EmptyGroupError,
     GroupTooWideError,
     InvalidGroupError,
     MemberNotSerializableError,
@@ -58,12 +57,13 @@ def validate_group(
     _check_group(ctx, spec, depth=depth)
     limit = ctx.config.max_member_bytes
     ledger = tuple(
-        _serialized(index, member, limit) for index, member in enumerate(spec.members)
+        _serialized(f"member {index}", member, limit)
+        for index, member in enumerate(spec.members)
     )
     options = spec.options.with_defaults(ctx.config)
     for name, continuation in (("then", options.then), ("on_error", options.on_error)):
         if continuation is not None:
-            _serialized(name, continuation, limit)
+            _serialized(f"the continuation {name}", continuation, limit)
     longest = LONGEST_ID if depth == 1 else LONGEST_DERIVED_ID
     return GroupPlan(
         group_id=validate_group_id(spec.group_id, longest=longest)
@@ -96,20 +96,18 @@ def validate_chain(ctx: FanInContext, spec: ChainSpec, *, depth: int) -> None:
             _known(ctx, step)
     if spec.on_error is not None:
         _known(ctx, spec.on_error)
-    try:  # the plan travels as JSON: every argument must serialize, now
-        spec.model_dump_json()
-    except _NOT_SERIALIZABLE as exc:
-        raise MemberNotSerializableError(
-            index=-1, task_name="chain step", reason=str(exc)
-        ) from None
+    # The plan travels as JSON: every argument must serialize, now.
+    for index, step in enumerate(spec.steps):
+        if isinstance(step, Signature):
+            _serialized(f"step {index} of the chain", step, None)
+    if spec.on_error is not None:
+        _serialized("the chain's on_error", spec.on_error, None)
 
 
 def _check_group(ctx: FanInContext, spec: GroupSpec, *, depth: int) -> None:
     config = ctx.config
     if depth > config.max_depth:
         raise NestingTooDeepError(depth=depth, maximum=config.max_depth)
-    if not spec.members:
-        raise EmptyGroupError
     if len(spec.members) > config.max_group_size:
         raise GroupTooWideError(size=len(spec.members), maximum=config.max_group_size)
     for member in spec.members:
@@ -128,16 +126,19 @@ def _known(ctx: FanInContext, sig: Signature) -> None:
             raise UnknownTaskError(task_name=needed.task_name)
 
 
-def _serialized(index: int | str, member: Signature | ChainSpec, limit: int) -> str:
-    name = member.task_name if isinstance(member, Signature) else "chain"
+def _serialized(what: str, member: Signature | ChainSpec, limit: int | None) -> str:
+    """``member`` as the ledger keeps it, or a typed error naming ``what``."""
+    name = member.task_name if isinstance(member, Signature) else "a chain"
+    what = what[:1].upper() + what[1:]
     try:
         entry = member_to_ledger(member)
     except _NOT_SERIALIZABLE as exc:
+        reason = str(exc).splitlines()[0][:200]
         raise MemberNotSerializableError(
-            index=index, task_name=name, reason=str(exc)
+            what=what, task_name=name, reason=reason
         ) from None
-    if len(entry) > limit:
+    if limit is not None and len(entry) > limit:
         raise MemberTooLargeError(
-            index=index, task_name=name, size=len(entry), maximum=limit
+            what=what, task_name=name, size=len(entry), maximum=limit
         )
     return entry

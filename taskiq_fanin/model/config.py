@@ -2,9 +2,10 @@
 
 import enum
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TypeVar
 
-from taskiq_fanin.model.errors import InvalidOptionError
+from taskiq_fanin.model.errors import InvalidOptionError, shown
 from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
 
 E = TypeVar("E", bound=enum.Enum)
@@ -40,6 +41,17 @@ DEFAULT_SOCKET_TIMEOUT = 5.0
 DEFAULT_RETRY_FOR = 30.0
 
 
+#: A duration as the options take it: seconds, or a ``timedelta``.
+Duration = float | timedelta
+
+
+def seconds(name: str, value: Duration) -> float:
+    """A duration option in seconds (a ``timedelta`` or a number), checked positive."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    return positive(name, value)
+
+
 def ms(seconds: float) -> int:
     """A duration in seconds as the scripts take it: milliseconds."""
     return int(seconds * 1000)
@@ -50,7 +62,7 @@ def check_lifetime(ttl: float, deadline: float, lease: float) -> None:
     if ttl < deadline + lease:
         raise InvalidOptionError(
             name="ttl",
-            value=ttl,
+            value=shown(ttl),
             reason=f"a group must outlive its deadline ({deadline:g} s) by the "
             f"finaliser lease ({lease:g} s) the sweep needs: raise ttl to at least "
             f"{deadline + lease:g} s or lower the deadline",
@@ -60,7 +72,9 @@ def check_lifetime(ttl: float, deadline: float, lease: float) -> None:
 def positive(name: str, value: float) -> float:
     """Return ``value`` if it is a positive number, else raise a typed error."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise InvalidOptionError(name=name, value=value, reason="must be positive")
+        raise InvalidOptionError(
+            name=name, value=shown(value), reason="must be positive"
+        )
     return value
 
 
@@ -88,7 +102,9 @@ class FanInConfig:
     def __post_init__(self) -> None:
         if not self.prefix or any(c in self.prefix for c in "{} "):
             raise InvalidOptionError(
-                name="prefix", value=self.prefix, reason="non-empty, no braces/spaces"
+                name="prefix",
+                value=shown(self.prefix),
+                reason="non-empty, no braces/spaces",
             )
         for name in (
             "ttl",
@@ -112,7 +128,9 @@ class FanInConfig:
             or self.max_redrives < 0
         ):
             raise InvalidOptionError(
-                name="max_redrives", value=self.max_redrives, reason="must be >= 0"
+                name="max_redrives",
+                value=shown(self.max_redrives),
+                reason="must be >= 0",
             )
 
 
@@ -122,5 +140,7 @@ def choice(name: str, kind: type[E], value: "E | str") -> E:
         return kind(value)
     except ValueError:
         raise InvalidOptionError(
-            name=name, value=value, reason="one of " + ", ".join(e.value for e in kind)
+            name=name,
+            value=shown(value),
+            reason="one of " + ", ".join(e.value for e in kind),
         ) from None

@@ -6,6 +6,17 @@ broker, so catching one means nothing was half-done.
 
 from taskiq.exceptions import TaskiqError
 
+#: The most characters of a value an error message shows.
+SHOWN_AT_MOST = 80
+
+
+def shown(value: object, limit: int = SHOWN_AT_MOST) -> str:
+    """``repr(value)``, cut to ``limit`` characters with the rest counted."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
 
 class FanInError(TaskiqError):
     """Base class of every taskiq-fanin error."""
@@ -20,13 +31,6 @@ class InvalidGroupError(FanInError, ValueError):
     reason: str
 
 
-class EmptyGroupError(InvalidGroupError):
-    """A group with no members: nothing would ever complete it."""
-
-    __template__ = "A group needs at least one member"
-    reason: str = "no members"
-
-
 class GroupTooWideError(InvalidGroupError):
     """More members than the configured maximum width."""
 
@@ -39,14 +43,14 @@ class GroupTooWideError(InvalidGroupError):
 class InvalidGroupIdError(InvalidGroupError):
     """A group id that would break the Redis hash tag or key layout."""
 
-    __template__ = "Invalid group id {group_id!r}: {reason}"
+    __template__ = "Invalid group id {group_id}: {reason}"
     group_id: str
 
 
 class InvalidOptionError(FanInError, ValueError):
     """An option (TTL, deadline, policy, ...) outside its allowed range."""
 
-    __template__ = "Invalid option {name}={value!r}: {reason}"
+    __template__ = "Invalid option {name}={value}: {reason}"
     name: str
     value: object
     reason: str
@@ -55,8 +59,9 @@ class InvalidOptionError(FanInError, ValueError):
 class MemberNotSerializableError(FanInError, TypeError):
     """A member's arguments cannot be written to the ledger as JSON."""
 
-    __template__ = "Member {index} ({task_name}) cannot be serialized: {reason}"
-    index: int | str
+    __template__ = "{what} ({task_name}) cannot be serialized as JSON: {reason}"
+    #: Which: ``member 3``, ``the continuation then``, ...
+    what: str
     task_name: str
     reason: str
 
@@ -65,11 +70,12 @@ class MemberTooLargeError(FanInError, ValueError):
     """A member's arguments are larger in the ledger than the configured cap."""
 
     __template__ = (
-        "Member {index} ({task_name}) takes {size} bytes in the ledger, more than "
-        "the {maximum} allowed (max_member_bytes): pass a reference (an id, a key, "
-        "a URL) instead of the data"
+        "{what} ({task_name}) takes {size} bytes in the ledger, more than the "
+        "{maximum} allowed (max_member_bytes): pass a reference (an id, a key, a "
+        "URL) instead of the data"
     )
-    index: int | str
+    #: Which: ``member 3``, ``the continuation then``, ...
+    what: str
     task_name: str
     size: int
     maximum: int
@@ -100,10 +106,16 @@ class NestingTooDeepError(FanInError, ValueError):
 class GroupStepFailedError(FanInError, RuntimeError):
     """A group step of a chain failed under policy ``fail``: the chain stops."""
 
-    __template__ = "Group {group_id} failed: {failed} members failed, {lost} lost"
+    __template__ = (
+        "Group {group_id} failed: {failed} of {total} members failed, {lost} lost"
+        "{details}"
+    )
     group_id: str
+    total: int
     failed: int
     lost: int
+    #: The failed members' own errors: ``; member 1: ValueError: bad frame``.
+    details: str = ""
 
 
 class GroupTaskOrderError(FanInError, TypeError):
@@ -114,6 +126,17 @@ class GroupTaskOrderError(FanInError, TypeError):
         "Write @broker.task first, then @group_task(...) on the line below it"
     )
     name: str
+
+
+class GroupTaskReturnError(FanInError, TypeError):
+    """A ``@group_task`` body returned something that is not members."""
+
+    __template__ = (
+        "@group_task {name} returned {returned}: return a list of Signature (or "
+        "chain(...)) members, possibly empty, or a group(...)"
+    )
+    name: str
+    returned: str
 
 
 class ChainCancelledError(FanInError):

@@ -2,7 +2,7 @@
 
 import re
 
-from taskiq_fanin.model.errors import InvalidGroupIdError
+from taskiq_fanin.model.errors import InvalidGroupIdError, shown
 
 # Letters, digits and ``-_.:``; no braces (they would break the hash tag).
 ID_CHARACTERS = re.compile(r"[A-Za-z0-9_.:\-]+")
@@ -21,10 +21,10 @@ def is_valid_id(value: str, *, longest: int = LONGEST_ID) -> bool:
 def validate_group_id(group_id: str, *, longest: int = LONGEST_ID) -> str:
     """Return ``group_id`` unchanged, or raise if it cannot be used in a key."""
     if not isinstance(group_id, str):
-        raise InvalidGroupIdError(group_id=repr(group_id), reason="must be a string")
+        raise InvalidGroupIdError(group_id=shown(group_id), reason="must be a string")
     if not is_valid_id(group_id, longest=longest):
         raise InvalidGroupIdError(
-            group_id=group_id,
+            group_id=shown(group_id),
             reason=f"use 1 to {longest} letters, digits or '-_.:' "
             "(no braces or spaces)",
         )

@@ -6,14 +6,30 @@ one, so an option added here reaches the ledger on every path.
 """
 
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from datetime import timedelta
+from typing import Annotated, Any, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from taskiq_fanin.model.config import FanInConfig, check_lifetime
-from taskiq_fanin.model.errors import InvalidOptionError
+from taskiq_fanin.model.errors import InvalidOptionError, shown
 from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
 from taskiq_fanin.model.signature import Signature, TaskRef, as_signature
+
+
+def _in_seconds(value: Any) -> Any:
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+#: A duration: seconds, or a ``timedelta``; kept in seconds.
+Seconds = Annotated[float, BeforeValidator(_in_seconds), Field(gt=0)]
 
 
 class GroupOptions(BaseModel):
@@ -29,10 +45,11 @@ class GroupOptions(BaseModel):
     failure_policy: FailurePolicy | None = None
     #: What the sweep does with the group if it is still open past its deadline.
     sweep_policy: SweepPolicy | None = None
-    #: Seconds every key of the group lives, finished or not.
-    ttl: float | None = Field(default=None, gt=0)
-    #: Seconds after which a group still open is stuck.
-    deadline: float | None = Field(default=None, gt=0)
+    #: How long every key of the group lives, finished or not (seconds, or a
+    #: ``timedelta``).
+    ttl: Seconds | None = None
+    #: After how long a group still open is stuck (seconds, or a ``timedelta``).
+    deadline: Seconds | None = None
     #: Members check for cancellation before they run (one Redis read each).
     cancellable: bool = False
 
@@ -53,7 +70,7 @@ class GroupOptions(BaseModel):
             first = exc.errors()[0]
             name = ".".join(str(part) for part in first["loc"]) or "options"
             raise InvalidOptionError(
-                name=name, value=first.get("input"), reason=first["msg"]
+                name=name, value=shown(first.get("input")), reason=first["msg"]
             ) from None
 
     def overridden_by(self, other: "GroupOptions") -> "GroupOptions":
@@ -96,6 +113,6 @@ class GroupOptionsArgs(TypedDict, total=False):
     on_error: TaskRef | Signature | None
     failure_policy: FailurePolicy | str | None
     sweep_policy: SweepPolicy | str | None
-    ttl: float | None
-    deadline: float | None
+    ttl: float | timedelta | None
+    deadline: float | timedelta | None
     cancellable: bool

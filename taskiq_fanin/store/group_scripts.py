@@ -59,10 +59,12 @@ class GroupScripts:
         options: Mapping[str, str | int],
         members: Sequence[str],
         planner_lease_ms: int,
+        claimant: str,
     ) -> tuple[Created, str, str]:
         """Write meta (with ``options``) and ledger, times on Redis's clock.
 
-        Returns the code, the group's token and its state.
+        Returns the code, the group's token and its state: ``claimed`` for a
+        new empty group, which ``claimant`` finalises at once.
         """
         pairs = [value for item in options.items() for value in item]
         code, group_token, *state = await self._scripts["create_group"](
@@ -70,6 +72,7 @@ class GroupScripts:
             args=[
                 token,
                 planner_lease_ms,
+                claimant,
                 len(options),
                 *pairs,
                 len(members),

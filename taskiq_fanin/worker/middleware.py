@@ -33,8 +33,10 @@ from taskiq_fanin.model.config import (
     DEFAULT_SOCKET_TIMEOUT,
     DEFAULT_TOMBSTONE_SECONDS,
     DEFAULT_TTL_SECONDS,
+    Duration,
     FanInConfig,
     choice,
+    seconds,
 )
 from taskiq_fanin.model.errors import MiddlewareNotFoundError
 from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
@@ -62,24 +64,26 @@ class FanInMiddleware(TaskiqMiddleware):
         redis: str | RedisClient,
         *,
         prefix: str = DEFAULT_PREFIX,
-        ttl: float = DEFAULT_TTL_SECONDS,
-        deadline: float = DEFAULT_DEADLINE_SECONDS,
+        ttl: Duration = DEFAULT_TTL_SECONDS,
+        deadline: Duration = DEFAULT_DEADLINE_SECONDS,
         failure_policy: FailurePolicy | str = FailurePolicy.CONTINUE,
         sweep_policy: SweepPolicy | str = SweepPolicy.REPORT,
         max_redrives: int = DEFAULT_MAX_REDRIVES,
         max_depth: int = DEFAULT_MAX_DEPTH,
-        finaliser_lease: float = DEFAULT_LEASE_SECONDS,
-        tombstone_ttl: float = DEFAULT_TOMBSTONE_SECONDS,
+        finaliser_lease: Duration = DEFAULT_LEASE_SECONDS,
+        tombstone_ttl: Duration = DEFAULT_TOMBSTONE_SECONDS,
         max_group_size: int = DEFAULT_MAX_GROUP_SIZE,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
         dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
-        retry_for: float = DEFAULT_RETRY_FOR,
+        socket_timeout: Duration = DEFAULT_SOCKET_TIMEOUT,
+        retry_for: Duration = DEFAULT_RETRY_FOR,
         outcome_batching: OutcomeBatching | None = None,
     ) -> None:
         """Configure; nothing connects until the broker starts.
+
+        Durations are seconds, or a ``timedelta``.
 
         :param redis: a Redis URL, or a ``redis.asyncio`` client (``Redis`` or
             ``RedisCluster``) that the caller owns and closes.
@@ -116,10 +120,10 @@ class FanInMiddleware(TaskiqMiddleware):
         super().__init__()
         self.config = FanInConfig(
             prefix=prefix,
-            ttl=ttl,
-            deadline=deadline,
-            lease=finaliser_lease,
-            tombstone_ttl=tombstone_ttl,
+            ttl=seconds("ttl", ttl),
+            deadline=seconds("deadline", deadline),
+            lease=seconds("finaliser_lease", finaliser_lease),
+            tombstone_ttl=seconds("tombstone_ttl", tombstone_ttl),
             max_group_size=max_group_size,
             max_result_bytes=max_result_bytes,
             dispatch_concurrency=dispatch_concurrency,
@@ -129,8 +133,8 @@ class FanInMiddleware(TaskiqMiddleware):
             max_depth=max_depth,
             max_member_bytes=max_member_bytes,
             max_connections=max_connections,
-            socket_timeout=socket_timeout,
-            retry_for=retry_for,
+            socket_timeout=seconds("socket_timeout", socket_timeout),
+            retry_for=seconds("retry_for", retry_for),
         )
         self._batching = outcome_batching
         self._url = redis if isinstance(redis, str) else None

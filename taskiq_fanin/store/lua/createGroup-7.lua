@@ -8,15 +8,19 @@
 
   ARGV[1] token             random per group; members carry it in their labels
   ARGV[2] planner lease     ms after which an unplanned group's planner is dead
-  ARGV[3] options           how many name/value pairs follow: the group's options
+                            (and the lease of an empty group's finaliser)
+  ARGV[3] claimant          who plans: an empty group is complete at once, and
+                            its planner claims it to run the continuation
+  ARGV[4] options           how many name/value pairs follow: the group's options
                             as its meta keeps them (continuations, policies,
                             span: ms to the deadline, ttl: ms every key lives,
                             depth, cancellable)
-  ARGV[4 .. 3 + 2 * options]        name, value, name, value, ...
-  ARGV[4 + 2 * options]             total: number of members
-  ARGV[5 + 2 * options .. ]         member 0 .. total - 1, serialized
+  ARGV[5 .. 4 + 2 * options]        name, value, name, value, ...
+  ARGV[5 + 2 * options]             total: number of members
+  ARGV[6 + 2 * options .. ]         member 0 .. total - 1, serialized
 
-  Returns {1, token} when created; {2, token, state} when the group exists;
+  Returns {1, token, state} when created (state 'claimed' for an empty group:
+  the caller finalises it); {2, token, state} when the group exists;
   {3, token, state} when it exists unplanned and either its planner died (it has
   not been planned a planner lease after its creation) or this is its planner
   again (the same token: a planner retrying), to dispatch what it has not.
@@ -31,11 +35,11 @@ if existing[1] then
   return {2, existing[1], existing[4]}
 end
 
-local options = tonumber(ARGV[3])
-local total = tonumber(ARGV[4 + 2 * options])
-local first_member = 5 + 2 * options
+local options = tonumber(ARGV[4])
+local total = tonumber(ARGV[5 + 2 * options])
+local first_member = 6 + 2 * options
 local span, ttl
-for i = 4, 3 + 2 * options, 2 do
+for i = 5, 4 + 2 * options, 2 do
   if ARGV[i] == 'span' then span = tonumber(ARGV[i + 1]) end
   if ARGV[i] == 'ttl' then ttl = tonumber(ARGV[i + 1]) end
 end
@@ -43,7 +47,7 @@ redis.call('HSET', KEYS[1],
   'token', ARGV[1], 'state', 'open', 'created', now, 'deadline', now + span,
   'expires', now + ttl, 'total', total,
   'done_count', 0, 'failed_count', 0, 'planned', 0, 'redrives', 0,
-  unpack(ARGV, 4, 3 + 2 * options))
+  unpack(ARGV, 5, 4 + 2 * options))
 
 -- HSET in slices: unpack() of a very wide group would overflow Lua's C stack.
 local slice = 500
@@ -59,4 +63,10 @@ end
 
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
-return {1, ARGV[1]}
+if total == 0 then
+  -- Nothing to wait for: complete now, and the planner finalises it.
+  redis.call('SET', KEYS[7], ARGV[3], 'PX', ARGV[2])
+  move(KEYS[1], 'group', 'open', 'claimed', 'claimed_at', now)
+  return {1, ARGV[1], 'claimed'}
+end
+return {1, ARGV[1], 'open'}

@@ -1,0 +1,18 @@
+"""What the verbs say when given the wrong kind of thing."""
+
+from taskiq.decor import AsyncTaskiqDecoratedTask
+
+from taskiq_fanin.model.errors import InvalidGroupError
+
+
+def wrong_kind(what: str, value: object, expected: str) -> InvalidGroupError:
+    """``member 2 is ... , not a Signature``, with what to write instead."""
+    if isinstance(value, AsyncTaskiqDecoratedTask):
+        name = getattr(value.original_func, "__name__", "task")
+        return InvalidGroupError(
+            reason=f"{what} is the task {value.task_name!r} itself, not {expected}: "
+            f"give it its arguments with Signature.of({name}, ...)"
+        )
+    kind = type(value).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    return InvalidGroupError(reason=f"{what} is {article} {kind}, not {expected}")
