@@ -114,9 +114,11 @@ async def kick_step(
 def _with_previous(
     member: Signature | ChainSpec, previous: Any
 ) -> Signature | ChainSpec:
-    """A group step's member receives the previous step's result first, as a
-    task step does (``Signature.immutable()`` opts out); a chain member, at its
-    first step."""
+    """A group step's member, taking the previous step's result first.
+
+    As a task step does (``Signature.immutable()`` opts out); a chain member
+    takes it at its first step.
+    """
     if isinstance(member, Signature):
         return member.prepend(previous) if member.pass_result else member
     first = member.steps[0] if member.steps else None
