@@ -1,6 +1,7 @@
 """What may name a group or a chain: it goes into keys, labels and task ids."""
 
 import re
+from functools import lru_cache
 
 from taskiq_fanin.model.errors import InvalidGroupIdError, shown
 
@@ -15,7 +16,13 @@ LONGEST_DERIVED_ID = 256
 
 def is_valid_id(value: str, *, longest: int = LONGEST_ID) -> bool:
     """True when ``value`` can name a group or chain in a key."""
-    return 0 < len(value) <= longest and ID_CHARACTERS.fullmatch(value) is not None
+    return 0 < len(value) <= longest and _id_characters(value)
+
+
+@lru_cache(maxsize=4096)
+def _id_characters(value: str) -> bool:
+    # Every member of a group carries its id: checked once, not once each.
+    return ID_CHARACTERS.fullmatch(value) is not None
 
 
 def validate_group_id(group_id: str, *, longest: int = LONGEST_ID) -> str:

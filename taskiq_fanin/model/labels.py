@@ -7,7 +7,6 @@ and the message runs as a plain task.
 """
 
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +25,10 @@ CONTINUATION_LABEL = "fanin_continuation"
 #: The label taskiq's retry middlewares count a task's attempts in.
 RETRIES_LABEL = "_retries"
 
-#: A count in a label: ASCII digits only (``str.isdigit`` takes "²" and "٣").
-_COUNT = re.compile(r"[0-9]{1,9}")
-#: A group's token: what the planner wrote (random letters and digits).
-_TOKEN = re.compile(r"[A-Za-z0-9]{1,64}")
+#: The most digits of a count in a label (a group is never this wide).
+_LONGEST_COUNT = 9
+#: The longest token a group may have (planners write 8 to 16 characters).
+_LONGEST_TOKEN = 64
 #: The continuations a group can run.
 KINDS = frozenset({"then", "on_error"})
 #: Malformed label values already logged (each is logged once).
@@ -38,9 +37,14 @@ _WARN_AT_MOST = 1024
 
 
 def count(value: object) -> int | None:
-    """A non-negative count written in ASCII digits, or ``None``."""
+    """A non-negative count written in ASCII digits, or ``None``.
+
+    ``str.isdigit`` alone takes "²" and "٣" (which ``int`` reads as 3).
+    """
     text = str(value)
-    return int(text) if _COUNT.fullmatch(text) else None
+    if 0 < len(text) <= _LONGEST_COUNT and text.isascii() and text.isdigit():
+        return int(text)
+    return None
 
 
 def not_ours(label: str, value: str) -> None:
@@ -52,8 +56,11 @@ def not_ours(label: str, value: str) -> None:
 
 
 def _group(group_id: str, token: str) -> bool:
-    return is_valid_id(group_id, longest=LONGEST_DERIVED_ID) and bool(
-        _TOKEN.fullmatch(token)
+    return (
+        0 < len(token) <= _LONGEST_TOKEN
+        and token.isascii()
+        and token.isalnum()
+        and is_valid_id(group_id, longest=LONGEST_DERIVED_ID)
     )
 
 

@@ -10,11 +10,12 @@ import logging
 from taskiq import TaskiqMessage
 
 from taskiq_fanin.chains import record, saga
-from taskiq_fanin.chains.cursor import ChainCursor
+from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import continuation
 from taskiq_fanin.model.labels import (
     CANCELLABLE_LABEL,
+    CONTINUATION_LABEL,
     ContinuationRef,
     MemberRef,
     attempt_of,
@@ -22,6 +23,14 @@ from taskiq_fanin.model.labels import (
 from taskiq_fanin.store.replies import Begin
 
 logger = logging.getLogger("taskiq_fanin")
+
+#: The labels whose message the guard asks Redis about before it runs.
+GUARDED = (CONTINUATION_LABEL, CHAIN_LABEL, CANCELLABLE_LABEL)
+
+
+def applies(labels: dict[str, object]) -> bool:
+    """Whether the guard has anything to ask about this message (most have not)."""
+    return any(label in labels for label in GUARDED)
 
 
 async def may_run(ctx: FanInContext, message: TaskiqMessage, *, delivery: str) -> bool:

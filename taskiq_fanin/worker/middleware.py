@@ -6,7 +6,6 @@ The public verbs (``group``, ``chain``, ``status``, ...) live in ``api``.
 """
 
 import logging
-import secrets
 from typing import Any
 
 from taskiq import (
@@ -17,7 +16,7 @@ from taskiq import (
 )
 
 from taskiq_fanin.chains import launch, tasks
-from taskiq_fanin.context import FanInContext, current_run
+from taskiq_fanin.context import FanInContext, current_run, new_delivery
 from taskiq_fanin.model.config import (
     DEFAULT_DEADLINE_SECONDS,
     DEFAULT_DISPATCH_CONCURRENCY,
@@ -195,12 +194,14 @@ class FanInMiddleware(TaskiqMiddleware):
             return message
         current_run.set((ctx, message))
         ctx.outcomes.member_started(message)
-        delivery = secrets.token_hex(4)
+        if not guard.applies(message.labels):
+            return message
+        delivery = new_delivery()
         try:
             may_run = await retrying(
                 lambda: guard.may_run(ctx, message, delivery=delivery),
                 retry_for=ctx.config.retry_for,
-                what=f"Task {message.task_id}: the run guard",
+                what=("the run guard of task", message.task_id),
             )
         except BaseException:
             logger.exception(
@@ -231,12 +232,14 @@ class FanInMiddleware(TaskiqMiddleware):
         if ctx is None:
             return
         member = ctx.outcomes.member_finishing(message)
+        if member is None and not Recording.applies(message.labels):
+            return  # a plain task: nothing to record
         recording = Recording(ctx, message, result, member, skipped=skipped)
         try:
             await retrying(
                 recording.run,
                 retry_for=ctx.config.retry_for,
-                what=f"Task {message.task_id}: recording its outcome",
+                what=("recording the outcome of task", message.task_id),
             )
         except BaseException:
             logger.exception(

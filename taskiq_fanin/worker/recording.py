@@ -4,17 +4,21 @@ A member's outcome, a chain's transition, a continuation's completion: each
 part once, even when the whole is retried after Redis was away.
 """
 
-import secrets
 from typing import Any
 
 from taskiq import NoResultError, TaskiqMessage, TaskiqResult
 
 from taskiq_fanin.chains import progress, record
-from taskiq_fanin.chains.cursor import ChainCursor
-from taskiq_fanin.context import FanInContext
+from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
+from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.groups import continuation
 from taskiq_fanin.groups.recording import record_member
-from taskiq_fanin.model.labels import ContinuationRef, MemberRef, attempt_of
+from taskiq_fanin.model.labels import (
+    CONTINUATION_LABEL,
+    ContinuationRef,
+    MemberRef,
+    attempt_of,
+)
 
 
 class Recording:
@@ -36,8 +40,13 @@ class Recording:
         self.ctx, self.message, self.result = ctx, message, result
         self.member = member
         self.skipped = skipped
-        self.delivery = secrets.token_hex(4)
+        self.delivery = new_delivery()
         self.done: set[str] = set()
+
+    @staticmethod
+    def applies(labels: dict[str, object]) -> bool:
+        """Whether a message that is no member has anything to record."""
+        return CONTINUATION_LABEL in labels or CHAIN_LABEL in labels
 
     async def run(self) -> None:
         """Record what is left to record (the whole, the first time)."""

@@ -54,9 +54,12 @@ def is_transient(error: BaseException) -> bool:
 
 
 async def retrying(
-    work: Callable[[], Awaitable[T]], *, retry_for: float, what: str
+    work: Callable[[], Awaitable[T]], *, retry_for: float, what: tuple[str, str]
 ) -> T:
-    """Run ``work``; while it fails with Redis away, again, up to ``retry_for`` s."""
+    """Run ``work``; while it fails with Redis away, again, up to ``retry_for`` s.
+
+    ``what``: what is done, and of which task (for the log, when it retries).
+    """
     loop = asyncio.get_running_loop()
     give_up_at = loop.time() + retry_for
     backoff = FIRST_BACKOFF
@@ -66,6 +69,6 @@ async def retrying(
         except Exception as error:
             if not is_transient(error) or loop.time() + backoff > give_up_at:
                 raise
-            logger.warning("%s: Redis is away (%s); retrying", what, error)
+            logger.warning("%s %s: Redis is away (%s); retrying", *what, error)
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, LONGEST_BACKOFF)
