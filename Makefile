@@ -1,4 +1,5 @@
-# Developer entry points. `make test` is what CI runs (through .ci/run).
+# Developer entry points. `make test`, then `make test-lowest`, is what CI runs
+# (through .ci/run).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -8,7 +9,33 @@ STAMP  := $(VENV)/.install-stamp
 # Only the directories that exist yet: ruff fails on a missing path.
 SOURCES := $(wildcard taskiq_fanin local_redis tests benchmarks examples)
 
-.PHONY: venv lint format test bench clean
+# `make test-lowest`: the tests in a venv of their own with every runtime
+# dependency at its floor in pyproject.toml (the dev tools as in .venv), on the
+# lowest Python requires-python allows where this machine has one: python3.10 on
+# PATH, else pyenv's 3.10, else $(PYTHON). The target prints which it ran.
+LOWEST_VENV   := .venv-lowest
+LOWEST_BIN    := $(LOWEST_VENV)/bin
+LOWEST_STAMP  := $(LOWEST_VENV)/.install-stamp
+LOWEST_PYTHON ?= $(or $(shell for py in python3.10 \
+    "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.10*/bin/python3.10; do \
+    "$$py" -c '' 2>/dev/null && { echo "$$py"; break; }; done),$(PYTHON))
+
+# name==floor for each runtime requirement of the installed project, read from
+# its metadata; a requirement without a `>=` stops the run, having none to pin.
+define FLOOR_PINS
+import re, sys
+from importlib.metadata import requires
+for req in requires("taskiq-fanin") or []:
+    if "extra ==" in req:
+        continue
+    floor = re.match(r"([A-Za-z0-9._-]+)[^;]*?>=\s*([^,;\s]+)", req)
+    if floor is None:
+        sys.exit(f"{req}: no floor (>=) for $(LOWEST_VENV) to pin")
+    print(f"{floor[1]}=={floor[2]}")
+endef
+export FLOOR_PINS
+
+.PHONY: venv lint format check-redis test test-lowest bench clean
 
 venv: $(STAMP)
 
@@ -27,9 +54,17 @@ format: venv
 	$(BIN)/ruff check --fix $(SOURCES)
 	$(BIN)/ruff format $(SOURCES)
 
+$(LOWEST_STAMP): pyproject.toml
+	@test -x $(LOWEST_BIN)/python || $(LOWEST_PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_BIN)/python -m pip install --quiet --no-deps -e .
+	$(LOWEST_BIN)/python -c "$$FLOOR_PINS" > $(LOWEST_VENV)/floors.txt
+	$(LOWEST_BIN)/python -m pip install --quiet -c $(LOWEST_VENV)/floors.txt -e '.[dev]'
+	$(LOWEST_BIN)/python -m pip check
+	@touch $@
+
 # The tests start their own redis-server (and a 3-node cluster for the cluster
 # tests) unless REDIS_URL names one; here we only check it can be found.
-test: venv
+check-redis:
 	@if [ -z "$$REDIS_URL" ]; then \
 	  for tool in redis-server redis-cli; do \
 	    if ! command -v $$tool >/dev/null 2>&1; then \
@@ -40,8 +75,15 @@ test: venv
 	    fi; \
 	  done; \
 	fi
+
+test: check-redis venv
 	@$(MAKE) --no-print-directory lint
 	$(BIN)/pytest -q
+
+test-lowest: check-redis $(LOWEST_STAMP)
+	@echo "$(LOWEST_VENV): $$($(LOWEST_BIN)/python --version)," \
+	  "$$(tr '\n' ' ' < $(LOWEST_VENV)/floors.txt)"
+	$(LOWEST_BIN)/pytest -q
 
 # Real taskiq workers against REDIS_URL, else a throwaway redis-server, else an
 # embedded fakeredis; writes bench-results/. A quick run: make bench BENCH_ARGS=--quick
@@ -50,4 +92,5 @@ bench: venv
 
 clean:
 	rm -rf build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
-	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(LOWEST_VENV) \) -prune \
+	  -o -type d -name __pycache__ -exec rm -rf {} +

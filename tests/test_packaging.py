@@ -1,18 +1,30 @@
 """The built wheel carries what the code loads at run time (the Lua scripts and
-the ``py.typed`` marker), and nothing of the tests' or benchmarks'.
+the ``py.typed`` marker), nothing of the tests' or benchmarks', and the metadata
+an index shows; installed into an empty venv, it imports and its command runs.
 """
 
+import os
+import re
 import subprocess
 import sys
 import zipfile
+from email.message import Message
+from email.parser import Parser
+from importlib.metadata import distributions
 from pathlib import Path
+
+import pytest
 
 from taskiq_fanin.store.scripts import SCRIPT_FILES
 
 ROOT = Path(__file__).resolve().parent.parent
+DIST_INFO = "taskiq_fanin-0.1.0.dist-info"
 
 
-def test_the_wheel_ships_every_lua_script_and_py_typed(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built once for this module, offline."""
+    wheel_dir = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [
             sys.executable,
@@ -23,16 +35,106 @@ def test_the_wheel_ships_every_lua_script_and_py_typed(tmp_path: Path) -> None:
             "--no-build-isolation",
             "--quiet",
             "--wheel-dir",
-            str(tmp_path),
+            str(wheel_dir),
             str(ROOT),
         ],
         check=True,
         capture_output=True,
     )
-    (wheel,) = tmp_path.glob("taskiq_fanin-*.whl")
+    (built,) = wheel_dir.glob("taskiq_fanin-*.whl")
+    return built
+
+
+def _metadata(wheel: Path) -> Message:
+    with zipfile.ZipFile(wheel) as archive:
+        text = archive.read(f"{DIST_INFO}/METADATA").decode()
+    return Parser().parsestr(text)
+
+
+def test_the_wheel_ships_every_lua_script_and_py_typed(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for filename in SCRIPT_FILES.values():
         assert f"taskiq_fanin/store/lua/{filename}" in names
     assert "taskiq_fanin/py.typed" in names
     packages = {name.split("/")[0] for name in names}
-    assert packages == {"taskiq_fanin", wheel.name.split("-")[0] + "-0.1.0.dist-info"}
+    assert packages == {"taskiq_fanin", DIST_INFO}
+
+
+def test_the_wheel_names_its_license_authors_readme_and_urls(wheel: Path) -> None:
+    meta = _metadata(wheel)
+    assert meta["License-Expression"] == "MIT"
+    assert meta["License-File"] == "LICENSE"
+    assert f"{DIST_INFO}/licenses/LICENSE" in zipfile.ZipFile(wheel).namelist()
+    assert meta["Author"] == "taskiq-fanin contributors"
+    assert meta["Description-Content-Type"] == "text/markdown"
+    assert meta.get_payload() == (ROOT / "README.md").read_text()
+    urls = dict(entry.split(", ", 1) for entry in meta.get_all("Project-URL", []))
+    assert sorted(urls) == ["Homepage", "Issues", "Source"]
+
+
+def test_the_python_classifiers_start_at_requires_python(wheel: Path) -> None:
+    meta = _metadata(wheel)
+    pattern = re.compile(r"Programming Language :: Python :: 3\.(\d+)")
+    found = [pattern.fullmatch(each) for each in meta.get_all("Classifier", [])]
+    minors = sorted(int(match[1]) for match in found if match)
+    assert meta["Requires-Python"] == f">=3.{minors[0]}"
+    assert minors == list(range(minors[0], minors[-1] + 1))  # no Python skipped
+
+
+def _pins_of_this_environment() -> str:
+    """``name==version`` of every package here but this project, first found first."""
+    pins: dict[str, str] = {}
+    for dist in distributions():
+        name = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
+        if name != "taskiq-fanin":
+            pins.setdefault(name, f"{name}=={dist.version}\n")
+    return "".join(pins.values())
+
+
+@pytest.mark.network
+def test_the_wheel_installs_into_an_empty_venv_and_its_commands_run(
+    wheel: Path, tmp_path: Path
+) -> None:
+    env_dir = tmp_path / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True
+    )
+    python = env_dir / "bin" / "python"
+    # The versions the rest of the suite runs on (every floor, in .venv-lowest):
+    # the wheel's own requirements must accept them.
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text(_pins_of_this_environment())
+    install = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "--python", str(python), "install"),
+            *("--quiet", "--constraint", str(constraints), str(wheel)),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert install.returncode == 0, install.stderr
+    # Away from the checkout, so nothing is imported from the source tree.
+    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def run(*command: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(part) for part in command],
+            check=False,
+            cwd=tmp_path,
+            env=clean_env,
+            capture_output=True,
+            text=True,
+        )
+
+    imported = run(
+        python, "-I", "-c", "import taskiq_fanin; print(taskiq_fanin.__file__)"
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert Path(imported.stdout.strip()).is_relative_to(env_dir)
+    script = run(env_dir / "bin" / "taskiq-fanin", "--help")
+    assert script.returncode == 0, script.stderr
+    assert script.stdout.startswith("usage: taskiq-fanin ")
+    through_taskiq = run(env_dir / "bin" / "taskiq", "fanin", "--help")
+    assert through_taskiq.returncode == 0, through_taskiq.stderr
+    assert through_taskiq.stdout.startswith("usage: taskiq fanin ")

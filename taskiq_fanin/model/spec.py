@@ -27,7 +27,7 @@ class GroupSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    members: tuple["Member", ...]
+    members: "tuple[Member, ...]"
     options: GroupOptions = GroupOptions()
     #: Makes planning idempotent; ``None`` plans under a fresh id.
     group_id: str | None = None
@@ -38,7 +38,7 @@ class ChainSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    steps: tuple["Step", ...]
+    steps: "tuple[Step, ...]"
     #: Receives a ``ChainFailure`` when a step fails for good.
     on_error: Signature | None = None
     chain_id: str | None = None
