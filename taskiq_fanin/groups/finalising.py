@@ -7,6 +7,8 @@ returned; the sweep finalises for a claimant that died.
 import asyncio
 import logging
 
+from redis.exceptions import RedisError
+
 from taskiq_fanin import metrics
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import index
@@ -125,7 +127,7 @@ async def _rescore_to_lease_end(ctx: FanInContext, group_id: str) -> None:
     """
     try:
         await index.rescore(ctx, group_id, ms(ctx.config.lease))
-    except Exception:  # noqa: BLE001 - a hint: the sweep finds the group anyway
+    except (RedisError, OSError):  # a hint: the sweep finds the group anyway
         logger.warning("Group %s: rescoring its index entry failed", group_id)
 
 

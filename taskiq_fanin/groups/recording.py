@@ -35,7 +35,7 @@ def result_payload(value: Any, limit: int, ref: MemberRef) -> str:
         return ""
     try:
         payload = to_json(value).decode()
-    except Exception as exc:  # noqa: BLE001 - any serializer failure means "drop"
+    except (ValueError, TypeError) as exc:  # not JSON: kept out, the member counts
         logger.warning(
             "Group %s member %s: result not kept (%s)", ref.group_id, ref.index, exc
         )

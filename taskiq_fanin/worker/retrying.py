@@ -67,8 +67,9 @@ async def retrying(
         try:
             return await work()
         except Exception as error:
-            if not is_transient(error) or loop.time() + backoff > give_up_at:
+            left = give_up_at - loop.time()
+            if not is_transient(error) or left <= 0:
                 raise
             logger.warning("%s %s: Redis is away (%s); retrying", *what, error)
-        await asyncio.sleep(backoff)
+        await asyncio.sleep(min(backoff, left))  # the last try at the very end
         backoff = min(backoff * 2, LONGEST_BACKOFF)

@@ -1,0 +1,72 @@
+"""Nothing is swallowed: while Redis is away a worker's hooks retry, then raise,
+so the message stays unacknowledged; a run guard that cannot be asked runs no
+body. Redis here is a port nobody listens on (a server that went away)."""
+
+import asyncio
+import time
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from taskiq import InMemoryBroker, TaskiqMessage, TaskiqResult
+
+from local_redis import free_port
+from taskiq_fanin import FanInMiddleware
+from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
+from taskiq_fanin.model.labels import CONTINUATION_LABEL, MEMBER_LABEL
+
+RETRY_FOR = 0.5
+
+
+@pytest.fixture
+async def away() -> "asyncio.AsyncGenerator[FanInMiddleware, None]":
+    """A started middleware whose Redis is gone."""
+    client = Redis(
+        host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2, retry=None
+    )
+    fanin = FanInMiddleware(client, prefix="away", retry_for=RETRY_FOR)
+    broker = InMemoryBroker().with_middlewares(fanin)
+    await broker.startup()
+    yield fanin
+    await broker.shutdown()
+    await client.aclose()
+
+
+def message(**labels: str) -> TaskiqMessage:
+    return TaskiqMessage(
+        task_id="t1", task_name="job", labels=labels, args=[], kwargs={}
+    )
+
+
+async def test_an_outcome_that_cannot_be_recorded_raises_after_retrying(
+    away: FanInMiddleware, caplog: pytest.LogCaptureFixture
+) -> None:
+    member = message(**{MEMBER_LABEL: "g/0/tok"})
+    done = TaskiqResult(is_err=False, return_value=1, execution_time=0.0)
+    await away.pre_execute(member)  # a plain member: nothing to guard
+    started = time.monotonic()
+    with pytest.raises(RedisConnectionError):
+        await away.post_execute(member, done)
+    # It retried (for retry_for) before it gave up, and said what happens now.
+    assert time.monotonic() - started >= RETRY_FOR * 0.8
+    assert "Redis is away" in caplog.text
+    assert "left unacknowledged" in caplog.text
+    assert away.context.outcomes.running == 0  # nothing left behind
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        {CONTINUATION_LABEL: "g/tok/then"},
+        {CHAIN_LABEL: ChainCursor(id="c", token="tok", index=0).label()[CHAIN_LABEL]},
+        {MEMBER_LABEL: "g/0/tok", "fanin_cancellable": "1"},
+    ],
+    ids=["continuation", "chain step", "cancellable member"],
+)
+async def test_a_guard_that_cannot_be_asked_runs_no_body(
+    away: FanInMiddleware, labels: dict[str, str]
+) -> None:
+    """Fails closed: raising from pre_execute, taskiq runs no body and acks nothing."""
+    with pytest.raises(RedisConnectionError):
+        await away.pre_execute(message(**labels))
+    assert away.context.outcomes.running == 0
