@@ -1,59 +1,31 @@
-"""The sweep's look at chains: those whose step has not moved in time.
+"""The sweep's look at one chain: is its step moving, or its failure finished?
 
 A chain stops if a worker dies between its record moving on and the next step's
 kick, or between its failure being recorded and its error continuation and
 compensations being kicked. Each chain is judged from its own record, by the
-step span recorded with it and on Redis's clock; one that cannot be handled is
-logged and looked at again later, and the others are handled.
+step span recorded with it and on Redis's clock.
 """
 
 import json
-import logging
 
 from taskiq_fanin.chains import launch, record, saga
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import index
 from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.results import ChainState, SweepPolicy
+from taskiq_fanin.model.results import ChainState
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
 
-logger = logging.getLogger("taskiq_fanin.sweep")
 
-
-async def sweep_chains(
-    ctx: FanInContext,
-    *,
-    override: SweepPolicy | None,
-    dry_run: bool,
-    batch: int,
-) -> tuple[int, list[Finding]]:
-    """Examine up to ``batch`` due chains: how many, and the findings.
-
-    A chain left ``failing`` is finished (its error continuation and
-    compensations kicked). A running chain stuck at a step is reported; with the
-    ``redrive`` policy (the caller's, else the middleware's default) its step is
-    kicked again as it was recorded, at most ``max_redrives`` times.
-    """
-    redrive = (override or ctx.config.sweep_policy) is SweepPolicy.REDRIVE
-    _, due = await index.due(ctx, batch, chains=True)
-    findings: list[Finding] = []
-    for chain_id in due:
-        try:
-            finding = await _judge(ctx, chain_id, redrive=redrive, dry_run=dry_run)
-        except Exception:
-            # One chain that cannot be handled must not block the others.
-            logger.exception("Sweep of chain %s failed", chain_id)
-            if not dry_run:
-                await index.reschedule(ctx, chain_id, ms(ctx.config.lease), chains=True)
-            continue
-        if finding is not None:
-            findings.append(finding)
-    return len(due), findings
-
-
-async def _judge(
+async def judge_chain(
     ctx: FanInContext, chain_id: str, *, redrive: bool, dry_run: bool
 ) -> Finding | None:
+    """Judge one indexed chain and, unless ``dry_run``, act; ``None``: nothing due.
+
+    A chain left ``failing`` is finished (its error continuation and
+    compensations kicked). A running chain stuck at a step is reported; with
+    ``redrive`` its step is kicked again as it was recorded, at most
+    ``max_redrives`` times.
+    """
     keys = record.keys_of(ctx, chain_id)
     found = await ctx.chain_scripts.inspect(keys)
     state = ChainState(found[0]["state"]) if found else ChainState.MISSING

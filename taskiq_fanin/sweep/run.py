@@ -16,7 +16,7 @@ from taskiq_fanin.groups import index
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.results import SweepPolicy
 from taskiq_fanin.store.keys import sweep_lock_key
-from taskiq_fanin.sweep.chains import sweep_chains
+from taskiq_fanin.sweep.chains import judge_chain
 from taskiq_fanin.sweep.groups import judge, log_finding
 from taskiq_fanin.sweep.report import SweepReport
 
@@ -65,25 +65,32 @@ async def _examine(
     batch: int,
 ) -> SweepReport:
     """Judge (and unless ``dry_run``, act on) up to ``batch`` due groups and chains."""
-    _, due = await index.due(ctx, batch)
-    report = SweepReport(dry_run=dry_run, examined=len(due))
-    for group_id in due:
-        try:
-            finding = await judge(ctx, group_id, override=override, dry_run=dry_run)
-        except Exception:
-            # One group that cannot be handled must not block every later sweep:
-            # it goes to the back of the queue, and the others are handled.
-            logger.exception("Sweep of group %s failed", group_id)
-            if not dry_run:
-                await index.reschedule(ctx, group_id, ms(ctx.config.lease))
-            continue
-        if finding is not None:
-            report.findings.append(finding)
-    examined, chains = await sweep_chains(
-        ctx, override=override, dry_run=dry_run, batch=batch
-    )
-    report.examined += examined
-    report.findings.extend(chains)
+    redrive_chains = (override or ctx.config.sweep_policy) is SweepPolicy.REDRIVE
+    report = SweepReport(dry_run=dry_run)
+    for chains in (False, True):
+        _, due = await index.due(ctx, batch, chains=chains)
+        report.examined += len(due)
+        for item_id in due:
+            try:
+                if chains:
+                    finding = await judge_chain(
+                        ctx, item_id, redrive=redrive_chains, dry_run=dry_run
+                    )
+                else:
+                    finding = await judge(
+                        ctx, item_id, override=override, dry_run=dry_run
+                    )
+            except Exception:
+                # One that cannot be handled must not block every later sweep:
+                # it goes to the back of the queue, and the others are handled.
+                kind = "chain" if chains else "group"
+                logger.exception("Sweep of %s %s failed", kind, item_id)
+                if not dry_run:
+                    after = ms(ctx.config.lease)
+                    await index.reschedule(ctx, item_id, after, chains=chains)
+                continue
+            if finding is not None:
+                report.findings.append(finding)
     for finding in report.findings:
         log_finding(finding)
     metrics.record_sweep(

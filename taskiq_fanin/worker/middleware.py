@@ -5,7 +5,6 @@ the broker starts and hands each event of a worker to the engine that owns it.
 The public verbs (``group``, ``chain``, ``status``, ...) live in ``api``.
 """
 
-import logging
 from typing import Any
 
 from taskiq import (
@@ -45,8 +44,6 @@ from taskiq_fanin.store.scripts import RedisClient
 from taskiq_fanin.worker import guard, skipping
 from taskiq_fanin.worker.recording import Recording
 from taskiq_fanin.worker.retrying import retrying
-
-logger = logging.getLogger("taskiq_fanin")
 
 
 class FanInMiddleware(TaskiqMiddleware):
@@ -203,12 +200,7 @@ class FanInMiddleware(TaskiqMiddleware):
                 retry_for=ctx.config.retry_for,
                 what=("the run guard of task", message.task_id),
             )
-        except BaseException:
-            logger.exception(
-                "Task %s: the run guard could not be asked; not run, and its "
-                "message is left unacknowledged to come back",
-                message.task_id,
-            )
+        except BaseException:  # not run: nothing of it is left running here
             current_run.set(None)
             ctx.outcomes.member_ended(message)
             raise
@@ -241,12 +233,5 @@ class FanInMiddleware(TaskiqMiddleware):
                 retry_for=ctx.config.retry_for,
                 what=("recording the outcome of task", message.task_id),
             )
-        except BaseException:
-            logger.exception(
-                "Task %s: its outcome could not be recorded; its message is left "
-                "unacknowledged to come back",
-                message.task_id,
-            )
-            raise
         finally:
             ctx.outcomes.member_ended(message)

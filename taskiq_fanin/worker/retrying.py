@@ -69,6 +69,10 @@ async def retrying(
         except Exception as error:
             left = give_up_at - loop.time()
             if not is_transient(error) or left <= 0:
+                logger.exception(
+                    "%s %s failed; its message is left unacknowledged to come back",
+                    *what,
+                )
                 raise
             logger.warning("%s %s: Redis is away (%s); retrying", *what, error)
         await asyncio.sleep(min(backoff, left))  # the last try at the very end
