@@ -1,0 +1,458 @@
+"""Nothing lost: faults injected into real processes.
+
+Real ``taskiq worker`` processes of ``tests.fault_app`` on a RedisStreamBroker
+(unacknowledged messages come back after a 2 s idle timeout), a redis-server of
+the test's own that is restarted, suspended, paused; workers SIGKILLed mid-task.
+Every count comes from the observation server, which no fault touches, and is
+asserted only once the stream is drained (``Rig.drained``): every message ever
+sent was delivered and acknowledged, so a duplicate would have shown.
+"""
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from redis.exceptions import RedisError
+
+from taskiq_fanin import (
+    ChainHandle,
+    FindingKind,
+    Signature,
+    SweepAction,
+    SweepReport,
+    chain,
+    chain_status,
+    group,
+    group_status,
+    sweep,
+)
+from tests.fault_harness import (
+    AOF,
+    POOL_EXHAUSTED,
+    RETRY_LOG,
+    Rig,
+    alive,
+    children_of,
+    fault_rig,
+    nudging,
+    summary,
+    the_child,
+)
+from tests.harness import eventually
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration]
+
+#: Long enough for a worker restarted by ``taskiq worker`` and a 2 s idle timeout.
+RECOVERY = 60.0
+
+
+async def plan(rig: Rig, group_id: str, members: int) -> None:
+    app = rig.app
+    await group(
+        [Signature.of(app.member, group_id, index) for index in range(members)],
+        then=app.publish,
+        group_id=group_id,
+    ).kiq(app.broker)
+
+
+async def delivered_at_least(rig: Rig, task_name: str, least: int) -> bool:
+    return await rig.delivered(task_name) >= least
+
+
+async def continuations(rig: Rig) -> list[dict[str, Any]]:
+    return [json.loads(item) for item in await rig.listed("continuations")]
+
+
+def lost(ran: list[dict[str, Any]], members: int) -> int:
+    """Members whose outcome the (first) continuation did not receive."""
+    return members - int(ran[0]["succeeded"]) if ran else members
+
+
+async def state_of(rig: Rig, group_id: str) -> str:
+    return (await group_status(rig.fanin, group_id)).state.value
+
+
+async def completed_and_drained(rig: Rig, group_id: str) -> bool:
+    """The continuation ran to its end (the group shrank to its tombstone) and
+    every message was delivered and acknowledged; not yet while Redis is away."""
+    try:
+        return await rig.drained() and await state_of(rig, group_id) == "completed"
+    except RedisError:
+        return False
+
+
+async def test_a_group_completes_by_itself_across_a_redis_restart_with_aof(
+    tmp_path, monkeypatch
+):
+    members = 120
+    async with fault_rig(
+        tmp_path, monkeypatch, redis_args=AOF, MEMBER_SECONDS="0.1"
+    ) as rig:
+        app = rig.app
+        started = time.monotonic()
+        with rig.worker("a"), rig.worker("b"):
+            await plan(rig, "aof", members)
+            await eventually(
+                lambda: delivered_at_least(rig, app.member.task_name, 40),
+                what="members to be running",
+            )
+            run_id = (await rig.redis.info("server"))["run_id"]
+            # SIGKILL: no shutdown save; every write acknowledged is in the AOF.
+            await asyncio.to_thread(rig.main.restart, down_for=1.0, crash=True)
+            async with nudging(rig) as nudges:
+                await eventually(
+                    lambda: completed_and_drained(rig, "aof"),
+                    timeout=RECOVERY,
+                    what="the group to complete and the stream to drain",
+                )
+            ran = await continuations(rig)
+            restarted = (await rig.redis.info("server"))["run_id"] != run_id
+            indexed = await rig.redis.zscore(f"{rig.prefix}:index", "aof")
+            delivered = await rig.delivered(app.member.task_name)
+        retries = rig.worker_logs().count(RETRY_LOG)
+
+    summary(
+        "redis restarted with AOF",
+        faults="1 restart (SIGKILL, down 1 s)",
+        members=members,
+        member_deliveries=delivered,
+        redelivered=delivered - members,
+        hook_retries_logged=retries,
+        nudges=nudges.sent,
+        continuations_run=len(ran),
+        outcomes_lost=lost(ran, members),
+        sweeps=0,
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert restarted
+    assert len(ran) == 1
+    assert ran[0] == {
+        "group_id": "aof",
+        "succeeded": members,
+        "failed": 0,
+        "lost": 0,
+        "results_in_order": True,
+    }
+    assert indexed is None  # completed by itself: nothing left for a sweep
+
+
+#: How long Redis stalls, and the library's socket timeout: the stall outlasts
+#: the client's own retries (3, each a timeout and a backoff), so the hooks'
+#: ``retry_for`` carries the outcomes through.
+SIGSTOP_SECONDS = 6.0
+CLIENT_PAUSE_MS = 8000
+SOCKET_TIMEOUT = 1.0
+
+
+@pytest.mark.parametrize("stall", ["sigstop", "client-pause"])
+async def test_a_group_completes_by_itself_when_redis_stalls_past_the_socket_timeout(
+    tmp_path, monkeypatch, stall
+):
+    members = 120
+    async with fault_rig(
+        tmp_path,
+        monkeypatch,
+        MEMBER_SECONDS="0.1",
+        SOCKET_TIMEOUT=str(SOCKET_TIMEOUT),
+    ) as rig:
+        app = rig.app
+        started = time.monotonic()
+        with rig.worker("a"), rig.worker("b"):
+            await plan(rig, "stall", members)
+            await eventually(
+                lambda: delivered_at_least(rig, app.member.task_name, 40),
+                what="members to be running",
+            )
+            if stall == "sigstop":
+                # The whole server freezes; the kernel still takes connections
+                # and requests, which run when it thaws, replies to clients
+                # that gave up on them included.
+                rig.main.suspend()
+                try:
+                    await asyncio.sleep(SIGSTOP_SECONDS)  # the fault's length
+                finally:
+                    rig.main.resume()
+            else:
+                pause = ("CLIENT", "PAUSE", CLIENT_PAUSE_MS, "ALL")
+                await rig.redis.execute_command(*pause)  # type: ignore[no-untyped-call]
+            async with nudging(rig) as nudges:
+                await eventually(
+                    lambda: completed_and_drained(rig, "stall"),
+                    timeout=RECOVERY,
+                    what="the group to complete and the stream to drain",
+                )
+            ran = await continuations(rig)
+            indexed = await rig.redis.zscore(f"{rig.prefix}:index", "stall")
+            delivered = await rig.delivered(app.member.task_name)
+        logs = rig.worker_logs()
+
+    summary(
+        f"redis stalled ({stall})",
+        faults=f"1 stall of {SIGSTOP_SECONDS:g} s"
+        if stall == "sigstop"
+        else f"1 CLIENT PAUSE {CLIENT_PAUSE_MS} ALL",
+        socket_timeout=SOCKET_TIMEOUT,
+        members=members,
+        member_deliveries=delivered,
+        redelivered=delivered - members,
+        hook_retries_logged=logs.count(RETRY_LOG),
+        timeouts_logged=logs.count("Timeout"),
+        nudges=nudges.sent,
+        continuations_run=len(ran),
+        outcomes_lost=lost(ran, members),
+        sweeps=0,
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert logs.count(RETRY_LOG) > 0  # the stall reached the hooks, which waited
+    assert len(ran) == 1
+    assert ran[0]["succeeded"] == members
+    assert (ran[0]["failed"], ran[0]["lost"]) == (0, 0)
+    assert indexed is None  # completed by itself: nothing left for a sweep
+
+
+async def test_a_member_whose_worker_is_killed_mid_run_is_redelivered_and_counted_once(
+    tmp_path, monkeypatch
+):
+    members = 30
+    async with fault_rig(
+        tmp_path, monkeypatch, MEMBER_SECONDS="0.05", HANG_MEMBER="killed.7"
+    ) as rig:
+        app = rig.app
+        started = time.monotonic()
+        with rig.worker("a") as a, rig.worker("b") as b:
+            await plan(rig, "killed", members)
+            await eventually(lambda: _flagged(rig, "hung"), what="member 7 to hang")
+            pid = int(await rig.flag("hung") or 0)
+            workers = {the_child(a), the_child(b)}
+            assert pid in workers  # a worker proper, in the middle of member 7
+            os.kill(pid, signal.SIGKILL)
+            async with nudging(rig) as nudges:
+                await eventually(
+                    lambda: completed_and_drained(rig, "killed"),
+                    timeout=RECOVERY,
+                    what="the group to complete and the stream to drain",
+                )
+            ran = await continuations(rig)
+            hung_deliveries = await rig.delivered_id("killed.7")
+            delivered = await rig.delivered(app.member.task_name)
+            continuation_deliveries = await rig.delivered_id("killed.then")
+            # taskiq worker starts a new process in place of the one killed.
+            restarted = bool(set(children_of(a.pid) + children_of(b.pid)) - workers)
+
+    summary(
+        "worker SIGKILLed mid-member",
+        faults="1 SIGKILL",
+        members=members,
+        member_deliveries=delivered,
+        killed_member_deliveries=hung_deliveries,
+        worker_restarted=restarted,
+        nudges=nudges.sent,
+        continuation_deliveries=continuation_deliveries,
+        continuations_run=len(ran),
+        outcomes_lost=lost(ran, members),
+        sweeps=0,
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert not alive(pid)
+    assert hung_deliveries >= 2  # the killed delivery, and the one that ran
+    assert len(ran) == 1
+    assert ran[0]["succeeded"] == members
+    assert (ran[0]["failed"], ran[0]["lost"]) == (0, 0)
+
+
+async def sweep_until(rig: Rig, kind: FindingKind) -> tuple[SweepReport, int]:
+    """Sweep until one finds (and acts on) a finding of ``kind``; also how many
+    sweeps that took."""
+    reports: list[SweepReport] = []
+
+    async def found() -> bool:
+        reports.append(await sweep(rig.app.broker))
+        return any(f.kind is kind for f in reports[-1].findings)
+
+    await eventually(found, timeout=RECOVERY, what=f"a sweep to find {kind.value}")
+    return reports[-1], len(reports)
+
+
+async def killed_by_kill_switch(rig: Rig) -> tuple[int, str]:
+    """The pid that the app's kill switch killed, and the message it was sending."""
+    pid, task_id = (await rig.flag("killed") or "0 -").split()
+    return int(pid), task_id
+
+
+async def _flagged(rig: Rig, name: str) -> bool:
+    return await rig.flag(name) is not None
+
+
+async def test_a_finaliser_killed_after_its_claim_is_recovered_by_the_sweep_once(
+    tmp_path, monkeypatch
+):
+    members = 10
+    async with fault_rig(
+        tmp_path, monkeypatch, KILL_ON="continuation", FINALISER_LEASE="1"
+    ) as rig:
+        app = rig.app
+        started = time.monotonic()
+        with rig.worker("a"):
+            await plan(rig, "final", members)
+            await eventually(
+                lambda: _flagged(rig, "killed"), what="the finaliser to die"
+            )
+            pid, sending = await killed_by_kill_switch(rig)
+            claimed = await state_of(rig, "final")
+            async with nudging(rig) as nudges:
+                report, sweeps = await sweep_until(rig, FindingKind.FINALISER_LOST)
+                await eventually(
+                    lambda: completed_and_drained(rig, "final"),
+                    timeout=RECOVERY,
+                    what="the continuation to complete and the stream to drain",
+                )
+            ran = await continuations(rig)
+            continuation_deliveries = await rig.delivered_id("final.then")
+            delivered = await rig.delivered(app.member.task_name)
+
+    summary(
+        "finaliser SIGKILLed after its claim",
+        faults="1 SIGKILL (in pre_send of the continuation)",
+        members=members,
+        member_deliveries=delivered,
+        nudges=nudges.sent,
+        sweeps=sweeps,
+        continuation_deliveries=continuation_deliveries,
+        continuations_run=len(ran),
+        outcomes_lost=lost(ran, members),
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert not alive(pid)
+    assert (sending, claimed) == ("final.then", "claimed")
+    (finding,) = [f for f in report.findings if f.kind is FindingKind.FINALISER_LOST]
+    assert (finding.group_id, finding.action, finding.applied) == (
+        "final",
+        SweepAction.REDISPATCH,
+        True,
+    )
+    assert continuation_deliveries == 1  # only the sweep's dispatch was ever sent
+    assert len(ran) == 1
+    assert ran[0]["succeeded"] == members
+
+
+async def test_a_chain_killed_between_failing_and_undoing_is_finished_by_the_sweep(
+    tmp_path, monkeypatch
+):
+    async with fault_rig(
+        tmp_path, monkeypatch, KILL_ON="on_error", FINALISER_LEASE="1", DEADLINE="2"
+    ) as rig:
+        app = rig.app
+        started = time.monotonic()
+        with rig.worker("a"):
+            handle = await chain(
+                Signature.of(app.step, 0, "saga", 0).with_compensation(
+                    Signature.of(app.compensate, "saga", 0)
+                ),
+                Signature.of(app.step, "saga", 1).with_compensation(
+                    Signature.of(app.compensate, "saga", 1)
+                ),
+                Signature.of(app.fail_step, "saga"),
+                on_error=app.on_error,
+                chain_id="saga",
+            ).kiq(app.broker)
+            await eventually(lambda: _flagged(rig, "killed"), what="the worker to die")
+            pid, sending = await killed_by_kill_switch(rig)
+            failing = await handle.status()
+            async with nudging(rig) as nudges:
+                report, sweeps = await sweep_until(rig, FindingKind.CHAIN_FAILING)
+                await eventually(
+                    lambda: _chain_failed_and_drained(rig, handle),
+                    timeout=RECOVERY,
+                    what="the chain to end and the stream to drain",
+                )
+            status = await handle.status()
+            on_errors = [json.loads(item) for item in await rig.listed("on_error")]
+            compensations = await rig.listed("compensations")
+            steps = await rig.counted("steps")
+            undo = await chain_status(app.broker, "saga.undo")
+
+    summary(
+        "chain SIGKILLed between failing and its compensations",
+        faults="1 SIGKILL (in pre_send of on_error)",
+        nudges=nudges.sent,
+        sweeps=sweeps,
+        on_error_run=len(on_errors),
+        compensations_run=len(compensations),
+        steps_run=sum(steps.values()),
+        final_state=status.state.value,
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert not alive(pid)
+    assert (sending, failing.state.value) == ("saga.on_error", "failing")
+    (finding,) = [f for f in report.findings if f.kind is FindingKind.CHAIN_FAILING]
+    assert (finding.group_id, finding.applied) == ("saga", True)
+    assert on_errors == [["saga", 2]]
+    assert compensations == ["saga.1", "saga.0"]  # each once, last first
+    assert steps == {"saga.0": 1, "saga.1": 1, "saga.fail": 1}
+    assert (status.state.value, status.failed_step) == ("failed", 2)
+    assert undo.state.value == "done"
+
+
+async def _chain_failed_and_drained(rig: Rig, handle: ChainHandle) -> bool:
+    return (await handle.status()).state.value == "failed" and await rig.drained()
+
+
+async def test_a_burst_of_300_chains_on_a_worker_with_300_slots_all_completes(
+    tmp_path, monkeypatch, caplog
+):
+    chains, steps = 300, 3
+    caplog.set_level(logging.WARNING)
+    async with fault_rig(tmp_path, monkeypatch, STEP_SECONDS="0.2") as rig:
+        app = rig.app
+        started = time.monotonic()
+        with rig.worker("a", max_async_tasks=chains):
+            handles = await asyncio.gather(
+                *(
+                    chain(
+                        Signature.of(app.step, 0, f"burst{i}", 0),
+                        *(
+                            Signature.of(app.step, f"burst{i}", n)
+                            for n in range(1, steps)
+                        ),
+                        chain_id=f"burst{i}",
+                    ).kiq(app.broker)
+                    for i in range(chains)
+                )
+            )
+            await eventually(
+                lambda: _all_steps_ran_and_drained(rig, chains * steps),
+                timeout=RECOVERY,
+                what="every step to run and the stream to drain",
+            )
+            statuses = await asyncio.gather(*(handle.status() for handle in handles))
+            runs = await rig.counted("steps")
+            delivered = await rig.delivered(app.step.task_name)
+        logs = rig.worker_logs()
+
+    states = Counter(status.state.value for status in statuses)
+    exhausted = POOL_EXHAUSTED.findall(logs) + [
+        r.getMessage() for r in caplog.records if POOL_EXHAUSTED.search(r.getMessage())
+    ]
+    summary(
+        "burst of 300 chains on 300 slots",
+        chains=chains,
+        steps=chains * steps,
+        step_deliveries=delivered,
+        steps_run=sum(runs.values()),
+        chains_done=states["done"],
+        pool_exhausted=len(exhausted),
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert states == {"done": chains}
+    assert set(runs.values()) == {1}  # every step ran, once
+    assert exhausted == []
+
+
+async def _all_steps_ran_and_drained(rig: Rig, steps: int) -> bool:
+    return await rig.obs.hlen(rig.key("steps")) >= steps and await rig.drained()
