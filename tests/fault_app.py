@@ -10,11 +10,12 @@ Configured from the environment:
 - ``OBS_URL``: a second Redis that no fault touches, where the workers say what
   they did (``obs_key``), so that a count is never lost with the fault.
 - ``APP_PREFIX``: the library's keys, the stream, and the observation keys.
-- ``IDLE_TIMEOUT_MS``, ``FINALISER_LEASE``, ``DEADLINE``, ``SOCKET_TIMEOUT``: the
-  broker's and the middleware's options of the same name (seconds but the first).
+- ``IDLE_TIMEOUT_MS``, ``FINALISER_LEASE``, ``DEADLINE``, ``SOCKET_TIMEOUT``,
+  ``RETRY_FOR``: the broker's and the middleware's options of the same name
+  (seconds but the first).
 - ``MEMBER_SECONDS``, ``STEP_SECONDS``: how long a member, a chain step takes.
-- ``HANG_MEMBER``: ``<group id>.<index>`` of a member whose first delivery hangs
-  (its worker is to be killed); later deliveries run normally.
+- ``HANG``: the task id of a member, continuation or chain step whose first
+  delivery hangs (its worker is to be killed); later deliveries run normally.
 - ``KILL_ON``: ``continuation`` or ``on_error``: a worker SIGKILLs itself in
   ``pre_send`` of such a message, once (the first worker to get there).
 """
@@ -39,7 +40,7 @@ STREAM = f"{PREFIX}:stream"
 IDLE_TIMEOUT_MS = int(os.environ.get("IDLE_TIMEOUT_MS", "2000"))
 MEMBER_SECONDS = float(os.environ.get("MEMBER_SECONDS", "0"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0"))
-HANG_MEMBER = os.environ.get("HANG_MEMBER", "")
+HANG = os.environ.get("HANG", "")
 KILL_ON = os.environ.get("KILL_ON", "")
 
 ON_ERROR_TASK = "fault_app.on_error"
@@ -109,17 +110,21 @@ broker = RedisStreamBroker(
         finaliser_lease=float(os.environ.get("FINALISER_LEASE", "60")),
         deadline=float(os.environ.get("DEADLINE", "3600")),
         socket_timeout=float(os.environ.get("SOCKET_TIMEOUT", "5")),
+        retry_for=float(os.environ.get("RETRY_FOR", "30")),
     ),
 )
 
 
+async def hang_if_chosen(task_id: str) -> None:
+    """The first delivery of ``HANG`` says where it runs, and hangs."""
+    if task_id == HANG and await obs().set(obs_key("hung"), os.getpid(), nx=True):
+        await asyncio.sleep(3600)
+
+
 @broker.task(task_name="fault_app.member")
 async def member(group_id: str, index: int) -> int:
-    """Take ``MEMBER_SECONDS``; hang on the first delivery of ``HANG_MEMBER``."""
-    if f"{group_id}.{index}" == HANG_MEMBER and await obs().set(
-        obs_key("hung"), os.getpid(), nx=True
-    ):
-        await asyncio.sleep(3600)
+    """Take ``MEMBER_SECONDS``; hang if chosen."""
+    await hang_if_chosen(f"{group_id}.{index}")
     if MEMBER_SECONDS:
         await asyncio.sleep(MEMBER_SECONDS)
     return index
@@ -127,7 +132,8 @@ async def member(group_id: str, index: int) -> int:
 
 @broker.task(task_name="fault_app.publish")
 async def publish(result: GroupResult) -> None:
-    """The continuation: says it ran, and with what."""
+    """The continuation: says it ran to its end, and with what; hangs if chosen."""
+    await hang_if_chosen(f"{result.group_id}.then")
     summary = {
         "group_id": result.group_id,
         "succeeded": len(result.succeeded),
@@ -141,6 +147,7 @@ async def publish(result: GroupResult) -> None:
 @broker.task(task_name="fault_app.step")
 async def step(previous: int, chain_id: str, index: int) -> int:
     """A chain step: says it ran, and hands on one more than it got."""
+    await hang_if_chosen(f"{chain_id}.{index}")
     if STEP_SECONDS:
         await asyncio.sleep(STEP_SECONDS)
     await obs().hincrby(obs_key("steps"), f"{chain_id}.{index}", 1)
