@@ -13,9 +13,14 @@ Configured from the environment:
 - ``IDLE_TIMEOUT_MS``, ``FINALISER_LEASE``, ``DEADLINE``, ``SOCKET_TIMEOUT``,
   ``RETRY_FOR``: the broker's and the middleware's options of the same name
   (seconds but the first).
+- ``BROKER_SOCKET_TIMEOUT``: the broker's socket timeout (seconds), when set;
+  else redis-py's default (5 s, no retries), with which a worker whose read of
+  the stream outlasts it dies (and ``taskiq worker`` starts a new one).
 - ``MEMBER_SECONDS``, ``STEP_SECONDS``: how long a member, a chain step takes.
 - ``HANG``: the task id of a member, continuation or chain step whose first
   delivery hangs (its worker is to be killed); later deliveries run normally.
+- ``HOLD``: the task id of a member that, once started, waits for the test to
+  set the observation key ``go`` before it returns.
 - ``KILL_ON``: ``continuation`` or ``on_error``: a worker SIGKILLs itself in
   ``pre_send`` of such a message, once (the first worker to get there).
 """
@@ -41,6 +46,7 @@ IDLE_TIMEOUT_MS = int(os.environ.get("IDLE_TIMEOUT_MS", "2000"))
 MEMBER_SECONDS = float(os.environ.get("MEMBER_SECONDS", "0"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0"))
 HANG = os.environ.get("HANG", "")
+HOLD = os.environ.get("HOLD", "")
 KILL_ON = os.environ.get("KILL_ON", "")
 
 ON_ERROR_TASK = "fault_app.on_error"
@@ -96,11 +102,16 @@ class KillSwitch(TaskiqMiddleware):
         return message
 
 
+_broker_options: dict[str, Any] = {}
+if "BROKER_SOCKET_TIMEOUT" in os.environ:
+    _broker_options["socket_timeout"] = float(os.environ["BROKER_SOCKET_TIMEOUT"])
+
 broker = RedisStreamBroker(
     REDIS_URL,
     queue_name=STREAM,
     xread_block=100,
     idle_timeout=IDLE_TIMEOUT_MS,
+    **_broker_options,
 ).with_middlewares(
     Observe(),
     KillSwitch(),
@@ -121,10 +132,20 @@ async def hang_if_chosen(task_id: str) -> None:
         await asyncio.sleep(3600)
 
 
+async def hold_if_chosen(task_id: str) -> None:
+    """``HOLD`` says it started, and returns once the test says ``go``."""
+    if task_id != HOLD:
+        return
+    await obs().set(obs_key("held"), os.getpid())
+    while not await obs().exists(obs_key("go")):
+        await asyncio.sleep(0.01)
+
+
 @broker.task(task_name="fault_app.member")
 async def member(group_id: str, index: int) -> int:
-    """Take ``MEMBER_SECONDS``; hang if chosen."""
+    """Take ``MEMBER_SECONDS``; hang or hold if chosen."""
     await hang_if_chosen(f"{group_id}.{index}")
+    await hold_if_chosen(f"{group_id}.{index}")
     if MEMBER_SECONDS:
         await asyncio.sleep(MEMBER_SECONDS)
     return index

@@ -232,6 +232,12 @@ async def test_chains_go_on_by_themselves_after_a_restart_longer_than_retry_for(
 SIGSTOP_SECONDS = 6.0
 CLIENT_PAUSE_MS = 8000
 SOCKET_TIMEOUT = 1.0
+#: The broker's socket timeout in the stall tests: longer than the stall.
+#: taskiq-redis reads the stream through redis-py's default (5 s, no retries),
+#: so a stall longer than that kills a worker whose read is in flight (one with
+#: a free slot); these tests are about the hooks riding out a stall in a worker
+#: that lives (a worker that dies is the SIGKILL tests' case).
+STALL_SAFE = {"SOCKET_TIMEOUT": str(SOCKET_TIMEOUT), "BROKER_SOCKET_TIMEOUT": "30"}
 
 
 @pytest.mark.parametrize("stall", ["sigstop", "client-pause"])
@@ -247,7 +253,7 @@ async def test_groups_and_chains_go_on_by_themselves_when_redis_stalls(
         monkeypatch,
         MEMBER_SECONDS="0.1",
         STEP_SECONDS="0.1",
-        SOCKET_TIMEOUT=str(SOCKET_TIMEOUT),
+        **STALL_SAFE,
     ) as rig:
         app = rig.app
         started = time.monotonic()
@@ -314,6 +320,62 @@ async def test_groups_and_chains_go_on_by_themselves_when_redis_stalls(
     assert step_runs == {
         f"stall{c}.{n}": 1 for c in range(chains) for n in range(steps)
     }
+
+
+async def test_a_claim_whose_reply_a_stall_lost_is_finalised_by_its_own_retry(
+    tmp_path, monkeypatch
+):
+    """The last member's outcome goes to a frozen Redis: the script call times
+    out (its reply is lost) and runs when Redis thaws, claiming the group for
+    that delivery; the hook retries with the same delivery, is told that it
+    holds the claim, and dispatches the continuation: no sweep is needed."""
+    members = 3
+    async with fault_rig(tmp_path, monkeypatch, HOLD="claim.2", **STALL_SAFE) as rig:
+        started = time.monotonic()
+        with rig.worker("a"):
+            await plan(rig, "claim", members)
+            await eventually(
+                lambda: _all_of(_done(rig, "claim", 2), _flagged(rig, "held")),
+                what="two members recorded and the last one running",
+            )
+            rig.main.suspend()
+            try:
+                await rig.obs.set(rig.key("go"), 1)  # the last member returns now
+                await asyncio.sleep(SIGSTOP_SECONDS)  # the fault's length
+            finally:
+                rig.main.resume()
+            async with nudging(rig) as nudges:
+                await eventually(
+                    lambda: completed_and_drained(rig, "claim"),
+                    timeout=RECOVERY,
+                    what="the group to complete and the stream to drain",
+                )
+            ran = await continuations(rig)
+            indexed = await rig.redis.zscore(f"{rig.prefix}:index", "claim")
+            continuation_deliveries = await rig.delivered_id("claim.then")
+        logs = rig.worker_logs()
+
+    retried = logs.count(f"Task claim.2: recording its outcome: {RETRY_LOG}")
+    summary(
+        "claim reply lost in a stall",
+        faults=f"1 stall of {SIGSTOP_SECONDS:g} s",
+        socket_timeout=SOCKET_TIMEOUT,
+        claim_retries_logged=retried,
+        nudges=nudges.sent,
+        continuation_deliveries=continuation_deliveries,
+        continuations_run=len(ran),
+        outcomes_lost=lost(ran, members),
+        sweeps=0,
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert retried > 0  # the claiming call failed, and its hook retried it
+    assert len(ran) == 1
+    assert ran[0]["succeeded"] == members
+    assert indexed is None  # finalised by the claimant itself
+
+
+async def _done(rig: Rig, group_id: str, count: int) -> bool:
+    return (await group_status(rig.fanin, group_id)).done == count
 
 
 async def start_chains(
