@@ -21,15 +21,21 @@ Configured from the environment:
   delivery hangs (its worker is to be killed); later deliveries run normally.
 - ``HOLD``: the task id of a member that, once started, waits for the test to
   set the observation key ``go`` before it returns.
+- ``SLOW``: the task id of a continuation or chain step whose body runs until
+  another delivery of it has been through a worker (the broker delivers it
+  again once it has been idle for the idle timeout), or ``SLOW_SECONDS`` (20)
+  at most; its starts are counted (``started``).
 - ``KILL_ON``: ``continuation`` or ``on_error``: a worker SIGKILLs itself in
   ``pre_send`` of such a message, once (the first worker to get there).
 """
 
 import asyncio
+import functools
 import json
 import os
 import signal
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from taskiq import TaskiqMessage, TaskiqMiddleware
@@ -47,6 +53,8 @@ MEMBER_SECONDS = float(os.environ.get("MEMBER_SECONDS", "0"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0"))
 HANG = os.environ.get("HANG", "")
 HOLD = os.environ.get("HOLD", "")
+SLOW = os.environ.get("SLOW", "")
+SLOW_SECONDS = float(os.environ.get("SLOW_SECONDS", "20"))
 KILL_ON = os.environ.get("KILL_ON", "")
 
 ON_ERROR_TASK = "fault_app.on_error"
@@ -69,7 +77,8 @@ def obs() -> Redis:
 
 
 class Observe(TaskiqMiddleware):
-    """Counts every delivery that reaches a worker, by task name and by task id."""
+    """Counts every delivery that reaches a worker, by task name and by task id,
+    and (for ``SLOW``) every delivery a worker is done with, run or skipped."""
 
     async def pre_execute(self, message: TaskiqMessage) -> TaskiqMessage:
         async with obs().pipeline(transaction=False) as pipe:
@@ -77,6 +86,31 @@ class Observe(TaskiqMiddleware):
             pipe.hincrby(obs_key("delivered_ids"), message.task_id, 1)
             await pipe.execute()
         return message
+
+    async def post_execute(self, message: TaskiqMessage, result: Any) -> None:
+        if message.task_id == SLOW:
+            await obs().hincrby(obs_key("ended_ids"), message.task_id, 1)
+
+
+R = TypeVar("R")
+
+
+def running(func: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Counts the body as running in this process while it runs (``running``:
+    pid -> bodies), so a test can wait until no copy runs in a live worker.
+
+    The library's guard skips a body without entering it.
+    """
+
+    @functools.wraps(func)
+    async def body(*args: Any, **kwargs: Any) -> R:
+        await obs().hincrby(obs_key("running"), str(os.getpid()), 1)
+        try:
+            return await func(*args, **kwargs)
+        finally:
+            await obs().hincrby(obs_key("running"), str(os.getpid()), -1)
+
+    return body
 
 
 class KillSwitch(TaskiqMiddleware):
@@ -132,6 +166,19 @@ async def hang_if_chosen(task_id: str) -> None:
         await asyncio.sleep(3600)
 
 
+async def slow_if_chosen(task_id: str) -> None:
+    """``SLOW`` says it started, and runs until another copy of it has ended."""
+    if task_id != SLOW:
+        return
+    await obs().hincrby(obs_key("started"), task_id, 1)
+    loop = asyncio.get_running_loop()
+    until = loop.time() + SLOW_SECONDS
+    while loop.time() < until:
+        if int(await obs().hget(obs_key("ended_ids"), task_id) or 0) > 0:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def hold_if_chosen(task_id: str) -> None:
     """``HOLD`` says it started, and returns once the test says ``go``."""
     if task_id != HOLD:
@@ -152,9 +199,11 @@ async def member(group_id: str, index: int) -> int:
 
 
 @broker.task(task_name="fault_app.publish")
+@running
 async def publish(result: GroupResult) -> None:
     """The continuation: says it ran to its end, and with what; hangs if chosen."""
     await hang_if_chosen(f"{result.group_id}.then")
+    await slow_if_chosen(f"{result.group_id}.then")
     summary = {
         "group_id": result.group_id,
         "succeeded": len(result.succeeded),
@@ -166,9 +215,11 @@ async def publish(result: GroupResult) -> None:
 
 
 @broker.task(task_name="fault_app.step")
+@running
 async def step(previous: int, chain_id: str, index: int) -> int:
     """A chain step: says it ran, and hands on one more than it got."""
     await hang_if_chosen(f"{chain_id}.{index}")
+    await slow_if_chosen(f"{chain_id}.{index}")
     if STEP_SECONDS:
         await asyncio.sleep(STEP_SECONDS)
     await obs().hincrby(obs_key("steps"), f"{chain_id}.{index}", 1)
@@ -176,6 +227,7 @@ async def step(previous: int, chain_id: str, index: int) -> int:
 
 
 @broker.task(task_name="fault_app.fail_step")
+@running
 async def fail_step(previous: int, chain_id: str) -> None:
     """A chain step that fails for good."""
     await obs().hincrby(obs_key("steps"), f"{chain_id}.fail", 1)
@@ -184,12 +236,14 @@ async def fail_step(previous: int, chain_id: str) -> None:
 
 
 @broker.task(task_name="fault_app.compensate")
+@running
 async def compensate(chain_id: str, index: int) -> None:
     """A completed step's compensation: says it ran."""
     await obs().rpush(obs_key("compensations"), f"{chain_id}.{index}")
 
 
 @broker.task(task_name=ON_ERROR_TASK)
+@running
 async def on_error(failure: ChainFailure) -> None:
     """A chain's error continuation: says it ran, and for which step."""
     await obs().rpush(obs_key("on_error"), json.dumps([failure.chain_id, failure.step]))

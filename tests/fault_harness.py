@@ -6,8 +6,9 @@ waits on and counts.
   it (restart, suspend, pause). The *observation* server is where the workers
   say what they ran; no fault touches it, so no count is lost with the fault.
 - A test knows it has waited long enough for a duplicate to show when the
-  stream is drained: every message ever added was delivered and acknowledged
-  (``drained``), so nothing is still to run anywhere.
+  stream is drained: every message ever added was delivered and acknowledged,
+  and no continuation or chain step runs in a live worker (``drained``), so
+  nothing is still to run anywhere.
 - taskiq-redis's stream broker takes back a message left unacknowledged by a
   dead worker only when a read returns something, after ``IDLE_TIMEOUT_MS``.
   ``nudging`` stands in for a live system's steady traffic: while some message
@@ -116,13 +117,21 @@ class Rig:
     # -- the stream -----------------------------------------------------------
 
     async def drained(self) -> bool:
-        """Every message added to the stream was delivered and acknowledged."""
+        """Every message added to the stream was delivered and acknowledged, and
+        no continuation or chain step body runs in a live worker.
+
+        XACK acknowledges a message, not one delivery of it: a copy the broker
+        delivered again may still run after the first one was acknowledged.
+        """
         stream = await self.redis.xinfo_stream(self.app.STREAM)
         (group,) = await self.redis.xinfo_groups(self.app.STREAM)
-        return bool(
-            group["pending"] == 0
-            and group["last-delivered-id"] == stream["last-generated-id"]
-        )
+        if (
+            group["pending"]
+            or group["last-delivered-id"] != stream["last-generated-id"]
+        ):
+            return False
+        bodies = await self.counted("running")
+        return not any(count and alive(int(pid)) for pid, count in bodies.items())
 
     async def added(self) -> int:
         """Messages ever added to the stream (it is never trimmed here)."""

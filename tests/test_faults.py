@@ -650,6 +650,56 @@ async def _all_steps_ran_and_drained(rig: Rig, steps: int) -> bool:
     return await rig.obs.hlen(rig.key("steps")) >= steps and await rig.drained()
 
 
+@pytest.mark.parametrize("slow", ["continuation", "chain step"])
+async def test_a_continuation_or_step_slower_than_the_idle_timeout_runs_once(
+    tmp_path, monkeypatch, slow
+):
+    """The broker delivers a message again while its first copy still runs (its
+    idle timeout is 2 s, and the body runs until the other copy has been through
+    a worker): the run guard lets one copy run."""
+    name = "slow.then" if slow == "continuation" else "slow.1"
+    async with fault_rig(tmp_path, monkeypatch, SLOW=name) as rig:
+        app = rig.app
+        started = time.monotonic()
+        with rig.worker("a"), rig.worker("b"):
+            if slow == "continuation":
+                await plan(rig, "slow", 5)
+            else:
+                handle = await chain(
+                    Signature.of(app.step, 0, "slow", 0),
+                    *(Signature.of(app.step, "slow", n) for n in (1, 2)),
+                    chain_id="slow",
+                ).kiq(app.broker)
+
+            async def finished() -> bool:
+                if slow == "continuation":
+                    return await state_of(rig, "slow") == "completed"
+                return (await handle.status()).state.value == "done"
+
+            async with nudging(rig) as nudges:
+                await eventually(
+                    lambda: _all_of(finished(), rig.drained()),
+                    timeout=RECOVERY,
+                    what=f"{name} to finish and the stream to drain",
+                )
+            deliveries = await rig.delivered_id(name)
+            ended = (await rig.counted("ended_ids")).get(name, 0)
+            starts = (await rig.counted("started")).get(name, 0)
+
+    summary(
+        f"{slow} slower than the idle timeout",
+        faults="redelivered while running",
+        deliveries=deliveries,
+        deliveries_ended=ended,
+        body_starts=starts,
+        nudges=nudges.sent,
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert deliveries >= 2  # delivered again while the first copy ran
+    assert starts == 1
+    assert ended == deliveries  # every copy went through a worker
+
+
 @pytest.mark.xfail(strict=True, reason=RUN_LEASE_BUG)
 @pytest.mark.parametrize("killed", ["continuation", "chain step"])
 async def test_a_continuation_or_step_killed_mid_run_runs_again_once(
