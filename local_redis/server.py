@@ -83,8 +83,11 @@ def _answers(port: int) -> bool:
 class RedisServer:
     """One ``redis-server`` on a free loopback port, for as long as it is needed.
 
-    Nothing is persisted: no RDB snapshots, no AOF, and the working directory is
-    a temporary one removed by :meth:`stop`.
+    Nothing is persisted unless ``extra_args`` asks for it (``--appendonly yes``):
+    the working directory is a temporary one removed by :meth:`stop`. For fault
+    tests, :meth:`restart` brings the server back on the same port and directory
+    (it loads what it persisted there), and :meth:`suspend` / :meth:`resume` freeze
+    and thaw it (SIGSTOP, SIGCONT) as a stalled host would.
 
     Args:
         executable: the server binary, looked up on PATH.
@@ -157,7 +160,7 @@ class RedisServer:
         self._dir = Path(tempfile.mkdtemp(prefix="taskiq-fanin-redis-"))
         try:
             for _ in range(_PORT_ATTEMPTS):
-                if self._launch(executable):
+                if self._launch(executable, free_port()):
                     atexit.register(self.stop)
                     return self
             msg = f"no free port for redis-server after {_PORT_ATTEMPTS} tries"
@@ -174,10 +177,60 @@ class RedisServer:
         atexit.unregister(self.stop)
         process, self._process, self._port = self._process, None, None
         if process is not None:
+            _thaw(process)  # a suspended server would not act on SIGTERM
             stop_process_group(process, self._stop_grace)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+    def restart(self, *, down_for: float = 0.0, crash: bool = False) -> None:
+        """Stop the server, and start it again on the same port and directory.
+
+        Clients see the port refuse connections for about ``down_for`` seconds;
+        the new server loads what the old one persisted there (its AOF, with
+        ``--appendonly yes``), as after an operator's restart or, with ``crash``
+        (SIGKILL: no shutdown save), a crash. Waits until it answers PING.
+
+        Raises:
+            RuntimeError: the server is not running, or did not come back (the
+                port was taken meanwhile, or it failed to load its data).
+        """
+        process, port = self._process, self.port
+        if process is None:
+            msg = "the server is not running: call start() first"
+            raise RuntimeError(msg)
+        _thaw(process)
+        if crash:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        else:
+            stop_process_group(process, self._stop_grace)
+        self._process = None
+        time.sleep(down_for)
+        if not self._launch(find_executable(self._executable), port):
+            self._port = None
+            msg = f"redis-server could not listen on port {port} again: it was taken"
+            raise RuntimeError(msg)
+
+    def suspend(self) -> None:
+        """Freeze the server (SIGSTOP): connections stay open, nothing answers.
+
+        The kernel still accepts connections and buffers what clients send;
+        :meth:`resume` lets the server read and run it, replies to clients that
+        gave up meanwhile included.
+        """
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a suspended server run again (SIGCONT)."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: int) -> None:
+        if self._process is None or self._process.poll() is not None:
+            msg = "the server is not running: call start() first"
+            raise RuntimeError(msg)
+        os.kill(self._process.pid, signum)
 
     def __enter__(self) -> RedisServer:
         return self.start()
@@ -206,9 +259,8 @@ class RedisServer:
             *self._extra_args,
         ]  # fmt: skip
 
-    def _launch(self, executable: str) -> bool:
-        """Run the server on a fresh port; False when that port was taken."""
-        port = free_port()
+    def _launch(self, executable: str, port: int) -> bool:
+        """Run the server on ``port``; False when that port was taken."""
         log_path = self.directory / "redis.log"
         with log_path.open("ab") as log:
             # The child keeps its own copy of the log descriptor.
@@ -237,6 +289,13 @@ class RedisServer:
             f"{self._startup_timeout:g}s:\n{_tail(log_path)}"
         )
         raise RuntimeError(msg)
+
+
+def _thaw(process: subprocess.Popen[bytes]) -> None:
+    """SIGCONT, in case the process was suspended: it then acts on other signals."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGCONT)
 
 
 def stop_process_group(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:

@@ -186,32 +186,41 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @contextlib.contextmanager
 def worker_process(
-    app: str, env: dict[str, str], *, max_async_tasks: int = 10
+    app: str,
+    env: dict[str, str],
+    *,
+    max_async_tasks: int = 10,
+    log: Path | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A real ``taskiq worker`` process for ``app`` (``module:broker``).
 
     It runs in its own process group, and is stopped for certain: ``taskiq
-    worker`` can hang on SIGTERM, so SIGKILL follows a short grace.
+    worker`` can hang on SIGTERM, so SIGKILL follows a short grace. With ``log``,
+    its output (both streams) is appended to that file, to be read afterwards.
     """
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "taskiq",
-            "worker",
-            app,
-            "--max-async-tasks",
-            str(max_async_tasks),
-            "--workers",
-            "1",
-            "--shutdown-timeout",
-            "1",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-        start_new_session=True,
-    )
-    try:
-        yield process
-    finally:
-        stop_process_group(process)
+    with contextlib.ExitStack() as stack:
+        output = stack.enter_context(log.open("ab")) if log is not None else None
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "taskiq",
+                "worker",
+                app,
+                "--max-async-tasks",
+                str(max_async_tasks),
+                "--workers",
+                "1",
+                "--shutdown-timeout",
+                "1",
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            start_new_session=True,
+            stdout=output,
+            stderr=subprocess.STDOUT if output is not None else None,
+        )
+        try:
+            yield process
+        finally:
+            stop_process_group(process)

@@ -1,0 +1,273 @@
+"""The rig of the fault-injection and load tests: two redis-servers of the test's
+own, real ``taskiq worker`` processes of ``tests.fault_app``, and what a test
+waits on and counts.
+
+- The *main* server carries the stream and the library's keys; the faults hit
+  it (restart, suspend, pause). The *observation* server is where the workers
+  say what they ran; no fault touches it, so no count is lost with the fault.
+- A test knows it has waited long enough for a duplicate to show when the
+  stream is drained: every message ever added was delivered and acknowledged,
+  and no continuation or chain step runs in a live worker (``drained``), so
+  nothing is still to run anywhere.
+- taskiq-redis's stream broker takes back a message left unacknowledged by a
+  dead worker only when a read returns something, after ``IDLE_TIMEOUT_MS``.
+  ``nudging`` stands in for a live system's steady traffic: while some message
+  has waited that long, it kicks a no-op.
+"""
+
+import asyncio
+import contextlib
+import importlib
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from subprocess import Popen
+from types import ModuleType
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from taskiq import TaskiqError
+
+from local_redis import RedisServer
+from taskiq_fanin import FanInMiddleware
+from taskiq_fanin.api.broker import find_fanin
+from tests.harness import worker_process
+
+APP = "tests.fault_app:broker"
+#: The consumer group taskiq-redis reads the stream with.
+CONSUMER_GROUP = "taskiq"
+#: A Redis that keeps every write it acknowledged across a crash.
+AOF = ("--appendonly", "yes", "--appendfsync", "always")
+#: What a worker logs when a hook meets Redis away and retries (worker/retrying.py).
+RETRY_LOG = "Redis is away"
+#: What a client whose pool ran dry raises or logs.
+POOL_EXHAUSTED = re.compile(r"MaxConnectionsError|Too many connections")
+
+
+@dataclass
+class Rig:
+    """The servers, the app as the test process loads it, and clients of both."""
+
+    main: RedisServer
+    observer: RedisServer
+    prefix: str
+    app: ModuleType
+    #: On the main server, replies as bytes.
+    redis: Redis
+    #: On the observation server, replies as text.
+    obs: Redis
+    env: dict[str, str]
+    logs: Path
+    workers: list[Path] = field(default_factory=list)
+
+    @property
+    def fanin(self) -> FanInMiddleware:
+        """The test process's middleware: status, sweep."""
+        return find_fanin(self.app.broker)
+
+    @contextlib.contextmanager
+    def worker(
+        self, name: str, *, max_async_tasks: int = 10, **env: str
+    ) -> Iterator[Popen[bytes]]:
+        """A ``taskiq worker`` of the app, logging to ``<logs>/<name>.log``."""
+        log = self.logs / f"{name}.log"
+        self.workers.append(log)
+        with worker_process(
+            APP, {**self.env, **env}, max_async_tasks=max_async_tasks, log=log
+        ) as process:
+            yield process
+
+    # -- what the workers reported on the observation server --------------------
+
+    def key(self, name: str) -> str:
+        """An observation key (``fault_app.obs_key``)."""
+        return str(self.app.obs_key(name))
+
+    async def delivered(self, task_name: str) -> int:
+        """Deliveries of ``task_name`` that reached a worker."""
+        return int(await self.obs.hget(self.key("delivered"), task_name) or 0)
+
+    async def delivered_id(self, task_id: str) -> int:
+        """Deliveries of the message with this task id."""
+        return int(await self.obs.hget(self.key("delivered_ids"), task_id) or 0)
+
+    async def listed(self, name: str) -> list[str]:
+        """An observation list, in order."""
+        return [str(item) for item in await self.obs.lrange(self.key(name), 0, -1)]
+
+    async def counted(self, name: str) -> dict[str, int]:
+        """An observation hash of counts."""
+        found = await self.obs.hgetall(self.key(name))
+        return {str(key): int(value) for key, value in found.items()}
+
+    async def flag(self, name: str) -> str | None:
+        """An observation string (``hung``, ``killed``), if it was set."""
+        found = await self.obs.get(self.key(name))
+        return None if found is None else str(found)
+
+    async def count(self, name: str) -> int:
+        """Length of an observation list."""
+        return int(await self.obs.llen(self.key(name)))
+
+    # -- the stream -----------------------------------------------------------
+
+    async def drained(self) -> bool:
+        """Every message added to the stream was delivered and acknowledged, and
+        no continuation or chain step body runs in a live worker.
+
+        XACK acknowledges a message, not one delivery of it: a copy the broker
+        delivered again may still run after the first one was acknowledged.
+        """
+        stream = await self.redis.xinfo_stream(self.app.STREAM)
+        (group,) = await self.redis.xinfo_groups(self.app.STREAM)
+        if (
+            group["pending"]
+            or group["last-delivered-id"] != stream["last-generated-id"]
+        ):
+            return False
+        bodies = await self.counted("running")
+        return not any(count and alive(int(pid)) for pid, count in bodies.items())
+
+    async def added(self) -> int:
+        """Messages ever added to the stream (it is never trimmed here)."""
+        return int(await self.redis.xlen(self.app.STREAM))
+
+    async def keys_without_ttl(self) -> set[str]:
+        """Keys under the prefix that never expire."""
+        found: set[str] = set()
+        async for key in self.redis.scan_iter(match=f"{self.prefix}:*", count=1000):
+            if await self.redis.pttl(key) == -1:
+                found.add(key.decode())
+        return found
+
+    def worker_logs(self) -> str:
+        """Everything the workers of this test printed."""
+        return "".join(log.read_text(errors="replace") for log in self.workers)
+
+
+@contextlib.asynccontextmanager
+async def fault_rig(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    redis_args: Sequence[str] = (),
+    **env: str,
+) -> AsyncIterator[Rig]:
+    """Start both servers, load ``tests.fault_app`` for them, and clean up."""
+    with (
+        RedisServer(extra_args=redis_args) as main,
+        RedisServer() as observer,
+    ):
+        prefix = f"t-{uuid.uuid4().hex[:12]}"
+        env = {
+            "REDIS_URL": main.url,
+            "OBS_URL": observer.url,
+            "APP_PREFIX": prefix,
+            **env,
+        }
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        app = importlib.reload(importlib.import_module("tests.fault_app"))
+        redis = Redis.from_url(main.url)
+        obs = Redis.from_url(observer.url, decode_responses=True)
+        # The consumer group is made here, before anything is kicked.
+        await app.broker.startup()
+        try:
+            yield Rig(main, observer, prefix, app, redis, obs, env, tmp_path)
+        finally:
+            await app.broker.shutdown()
+            await redis.aclose()
+            await obs.aclose()
+            await app.obs().aclose()
+
+
+@dataclass
+class Nudges:
+    """How many no-ops were kicked, and how many kicks met Redis away."""
+
+    sent: int = 0
+    failed: int = 0
+
+
+@contextlib.asynccontextmanager
+async def nudging(rig: Rig, *, every: float = 0.2) -> AsyncIterator[Nudges]:
+    """While a message waits unacknowledged past the idle timeout, kick a no-op.
+
+    A live system's traffic does the same; without it taskiq-redis never reads
+    again, and never takes back what a dead worker held.
+    """
+    nudges = Nudges()
+
+    async def loop() -> None:
+        while True:
+            try:
+                idle = await rig.redis.xpending_range(
+                    rig.app.STREAM,
+                    CONSUMER_GROUP,
+                    min="-",
+                    max="+",
+                    count=1,
+                    idle=rig.app.IDLE_TIMEOUT_MS,
+                )
+                if idle:
+                    await rig.app.nudge.kiq()
+                    nudges.sent += 1
+            except (RedisError, TaskiqError, OSError):
+                nudges.failed += 1  # Redis is away: the fault under test
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield nudges
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def children_of(pid: int) -> list[int]:
+    """Live processes whose parent is ``pid`` (a ``taskiq worker``'s children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def the_child(process: Popen[bytes], *, timeout: float = 30.0) -> int:
+    """The pid of the one child (the worker proper) of a ``taskiq worker``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = children_of(process.pid)
+        if len(children) == 1:
+            return children[0]
+        time.sleep(0.05)
+    msg = f"taskiq worker {process.pid} has no single child process"
+    raise AssertionError(msg)
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this pid exists (and is not a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def summary(test: str, **counts: Any) -> None:
+    """One line of counts, visible with ``pytest -s``, to be quoted."""
+    print(f"\n[faults] {test}: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
