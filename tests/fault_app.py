@@ -167,14 +167,14 @@ async def hang_if_chosen(task_id: str) -> None:
 
 
 async def slow_if_chosen(task_id: str) -> None:
-    """``SLOW`` says it started, and runs until another copy of it has ended."""
+    """``SLOW`` says it started, and runs until another copy of it was delivered."""
     if task_id != SLOW:
         return
     await obs().hincrby(obs_key("started"), task_id, 1)
     loop = asyncio.get_running_loop()
     until = loop.time() + SLOW_SECONDS
     while loop.time() < until:
-        if int(await obs().hget(obs_key("ended_ids"), task_id) or 0) > 0:
+        if int(await obs().hget(obs_key("delivered_ids"), task_id) or 0) > 1:
             return
         await asyncio.sleep(0.01)
 

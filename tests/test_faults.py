@@ -16,7 +16,7 @@ import re
 import signal
 import time
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 import pytest
@@ -164,33 +164,31 @@ async def test_a_group_completes_by_itself_across_a_redis_restart_with_aof(
     assert indexed is None  # completed by itself: nothing left for a sweep
 
 
-#: The bug the chain tests below show (see the docstring of the first).
-RUN_LEASE_BUG = (
-    "library bug: a chain step or continuation delivered again after its first "
-    "delivery died or gave up finds that delivery's run lease (the deadline span) "
-    "still held, is skipped as 'running elsewhere' and acknowledged; nothing runs "
-    "it again"
-)
+#: The run lease of a continuation or step in the tests whose first delivery
+#: dies: a copy delivered again while it holds stays unacknowledged, and runs
+#: once it has run out (its worker renews it every third of it while alive).
+SHORT_LEASE = {"FINALISER_LEASE": "3"}
 
 
-@pytest.mark.xfail(strict=True, reason=RUN_LEASE_BUG)
 async def test_chains_go_on_by_themselves_after_a_restart_longer_than_retry_for(
     tmp_path, monkeypatch
 ):
-    """The hooks promise that past ``retry_for`` they raise, "so that taskiq
-    leaves the message unacknowledged and it comes back (the work is
-    idempotent)" (worker/retrying.py). A step whose advance gave up does come
-    back (the stream broker redelivers it), and so does one whose worker died
-    in the outage (taskiq-redis's read of the stream fails, and taskiq starts a
-    new worker process); but its first delivery still holds the step's run
-    lease (the deadline span: an hour by default), so beginStep answers
-    RUNNING_ELSEWHERE: the step is skipped and acknowledged, and its chain stays
-    at that step for good (the sweep's default policy, ``report``, only reports
-    it once the span is over).
+    """Past ``retry_for`` the hooks raise, so that taskiq leaves the message
+    unacknowledged and it comes back (the work is idempotent). A step whose
+    advance gave up comes back (the stream broker redelivers it), and so does
+    one whose worker died in the outage (taskiq-redis's read of the stream
+    fails, and taskiq starts a new worker process). Its first delivery's run
+    lease, no longer renewed, runs out; meanwhile a copy finding it held is
+    left unacknowledged too. Every chain goes on to the end.
     """
     chains, steps = 20, 5
     async with fault_rig(
-        tmp_path, monkeypatch, redis_args=AOF, STEP_SECONDS="0.1", RETRY_FOR="1"
+        tmp_path,
+        monkeypatch,
+        redis_args=AOF,
+        STEP_SECONDS="0.1",
+        RETRY_FOR="1",
+        **SHORT_LEASE,
     ) as rig:
         app = rig.app
         started = time.monotonic()
@@ -359,7 +357,7 @@ async def test_a_claim_whose_reply_a_stall_lost_is_finalised_by_its_own_retry(
             continuation_deliveries = await rig.delivered_id("claim.then")
         logs = rig.worker_logs()
 
-    retried = logs.count(f"Task claim.2: recording its outcome: {RETRY_LOG}")
+    retried = logs.count(f"recording the outcome of task claim.2: {RETRY_LOG}")
     summary(
         "claim reply lost in a stall",
         faults=f"1 stall of {SIGSTOP_SECONDS:g} s",
@@ -659,8 +657,9 @@ async def test_a_continuation_or_step_slower_than_the_idle_timeout_runs_once(
     tmp_path, monkeypatch, slow
 ):
     """The broker delivers a message again while its first copy still runs (its
-    idle timeout is 2 s, and the body runs until the other copy has been through
-    a worker): the run guard lets one copy run."""
+    idle timeout is 2 s, and the body runs until another copy was delivered):
+    the run guard lets one copy run; a copy that finds it running stays
+    unacknowledged, comes back once it is over, and is skipped."""
     name = "slow.then" if slow == "continuation" else "slow.1"
     async with fault_rig(tmp_path, monkeypatch, SLOW=name) as rig:
         app = rig.app
@@ -701,25 +700,24 @@ async def test_a_continuation_or_step_slower_than_the_idle_timeout_runs_once(
     )
     assert deliveries >= 2  # delivered again while the first copy ran
     assert starts == 1
-    assert ended == deliveries  # every copy went through a worker
+    # The stream drained: every copy was acknowledged in the end, the refused
+    # ones when they came back after the first copy had completed.
+    assert 1 <= ended <= deliveries
 
 
-@pytest.mark.xfail(strict=True, reason=RUN_LEASE_BUG)
 @pytest.mark.parametrize("killed", ["continuation", "chain step"])
 async def test_a_continuation_or_step_killed_mid_run_runs_again_once(
     tmp_path, monkeypatch, killed
 ):
-    """The run guard promises "a copy redelivered after its worker died runs
-    again once the lease is over" (README, beginContinuation-7.lua,
-    beginStep-2.lua). The stream broker does redeliver it (after its 2 s idle
-    timeout), but while the dead copy's lease (8 s here: the deadline span) is
-    held the guard answers RUNNING_ELSEWHERE, the body is skipped, and taskiq
-    acknowledges the message: once the stream is drained nothing is left that
-    could run it, and the work is lost without a sweep (whose default policy,
-    ``report``, does not re-dispatch it either).
+    """A copy redelivered after its worker died runs once the dead copy's run
+    lease has run out (no longer renewed): the stream broker delivers it again
+    after its 2 s idle timeout; while the lease still holds, the guard leaves
+    that copy unacknowledged, and it comes back. No sweep is needed.
     """
     hang = "mid.then" if killed == "continuation" else "mid.1"
-    async with fault_rig(tmp_path, monkeypatch, HANG=hang, DEADLINE="8") as rig:
+    async with fault_rig(
+        tmp_path, monkeypatch, HANG=hang, DEADLINE="8", **SHORT_LEASE
+    ) as rig:
         app = rig.app
         started = time.monotonic()
         with rig.worker("a") as a, rig.worker("b") as b:
@@ -772,5 +770,10 @@ async def test_a_continuation_or_step_killed_mid_run_runs_again_once(
     assert completed_runs == 1
 
 
-async def _either(first: Awaitable[bool], second: Awaitable[bool]) -> bool:
-    return await first or await second
+async def _either(
+    first: Coroutine[Any, Any, bool], second: Coroutine[Any, Any, bool]
+) -> bool:
+    if await first:
+        second.close()  # not needed: never awaited
+        return True
+    return await second

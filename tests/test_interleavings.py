@@ -218,7 +218,11 @@ class GroupLife(Scripted):
         delivery = f"c{copy}"
         begun = self.run(
             self.scripts.begin_continuation(
-                self.keys, token="tok", attempt=attempt, delivery=delivery
+                self.keys,
+                token="tok",
+                attempt=attempt,
+                delivery=delivery,
+                lease_ms=60_000,
             )
         )
         if begun is Begin.RUN:
@@ -301,7 +305,12 @@ class ChainLife(Scripted):
         delivery = f"{step}-{copy}"
         begun = self.run(
             self.scripts.begin_step(
-                self.keys, token="tok", step=step, attempt=attempt, delivery=delivery
+                self.keys,
+                token="tok",
+                step=step,
+                attempt=attempt,
+                delivery=delivery,
+                lease_ms=60_000,
             )
         )
         if begun is Begin.RUN:

@@ -111,7 +111,7 @@ async def begin(
     scripts: GroupScripts, keys: GroupKeys, *, attempt: int = 0, delivery: str = "c1"
 ) -> Begin:
     return await scripts.begin_continuation(
-        keys, token=TOKEN, attempt=attempt, delivery=delivery
+        keys, token=TOKEN, attempt=attempt, delivery=delivery, lease_ms=60_000
     )
 
 

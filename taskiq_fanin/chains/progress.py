@@ -9,6 +9,7 @@ from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.chains.membership import end_member
 from taskiq_fanin.chains.record import keys_of
 from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups import index
 from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.signature import Signature
@@ -40,6 +41,11 @@ async def step_finished(
             )
             await end_member(ctx, cursor, result, delivery=delivery)
             if compensations is not None:
+                # Should this worker die before the chain is failed, the sweep
+                # looks at it once a lease is over, not at its deadline.
+                await index.reschedule(
+                    ctx, cursor.id, ms(ctx.config.lease), chains=True
+                )
                 await saga.after_failure(ctx, cursor, failure, compensations)
             return
     if not cursor.rest:

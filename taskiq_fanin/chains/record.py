@@ -8,6 +8,7 @@ import json
 
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import FanInContext
+from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.results import (
     ChainState,
     ChainStatus,
@@ -65,6 +66,7 @@ async def begin_step(
         step=cursor.index,
         attempt=attempt,
         delivery=delivery,
+        lease_ms=ms(ctx.config.lease),
     )
 
 

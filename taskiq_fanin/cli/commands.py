@@ -73,9 +73,14 @@ def open_target(args: argparse.Namespace) -> tuple[FanInMiddleware, Startable]:
     return fanin, fanin
 
 
+async def _redis_now(fanin: FanInMiddleware) -> datetime:
+    """Redis's clock: ages and lateness are on it, as the times they compare."""
+    return datetime.fromtimestamp(await fanin.context.redis_now(), tz=timezone.utc)
+
+
 async def _status(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
     found = await status(fanin, args.id)  # a group first, then a chain
-    now = datetime.now(timezone.utc)
+    now = await _redis_now(fanin)
     if isinstance(found, GroupStatus):
         if found.state is GroupState.MISSING:
             if args.json:
@@ -96,8 +101,8 @@ async def _status(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
 
 
 async def _list(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
-    statuses = await list_groups(fanin, stuck=args.stuck, limit=args.limit)
-    now = datetime.now(timezone.utc)
+    now = await _redis_now(fanin)
+    statuses = await list_groups(fanin, stuck=args.stuck, limit=args.limit, now=now)
     which = "stuck" if args.stuck else "open"
     if args.json:
         print_json([status_doc(status, now) for status in statuses])

@@ -22,10 +22,15 @@ async def begin(
     """Whether this delivery of a continuation may run its body (``RUN``).
 
     ``attempt`` counts the retry middleware's attempts: a later one takes over.
+    The lease lasts ``finaliser_lease``; the same delivery asking again renews it.
     """
     keys = GroupKeys(ctx.config.prefix, ref.group_id)
     return await ctx.scripts.begin_continuation(
-        keys, token=ref.token, attempt=attempt, delivery=delivery
+        keys,
+        token=ref.token,
+        attempt=attempt,
+        delivery=delivery,
+        lease_ms=ms(ctx.config.lease),
     )
 
 

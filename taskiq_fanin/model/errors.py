@@ -139,6 +139,20 @@ class GroupTaskReturnError(FanInError, TypeError):
     returned: str
 
 
+class RunningElsewhereError(FanInError):
+    """Another copy of this continuation or chain step holds its run lease.
+
+    Raised before the body runs, so that this copy stays unacknowledged: it
+    comes back, and runs if that other copy's worker died meanwhile.
+    """
+
+    __template__ = (
+        "Task {task_id} is running elsewhere (another copy holds its run lease): "
+        "this copy is left unacknowledged, to come back"
+    )
+    task_id: str
+
+
 class ChainCancelledError(FanInError):
     """The outcome of a chain that was cancelled (recorded for a chain member)."""
 

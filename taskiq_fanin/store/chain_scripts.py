@@ -86,10 +86,20 @@ class ChainScripts:
         return int(reply[1]), [text(c) for c in reply[2:]]
 
     async def begin_step(
-        self, keys: ChainKeys, *, token: str, step: int, attempt: int, delivery: str
+        self,
+        keys: ChainKeys,
+        *,
+        token: str,
+        step: int,
+        attempt: int,
+        delivery: str,
+        lease_ms: int,
     ) -> Begin:
-        """May this delivery of a step run (the chain at it, one copy at a time)?"""
-        args: Args = [token, step, attempt, delivery]
+        """May this delivery of a step run (the chain at it, one copy at a time)?
+
+        Asked again by the same delivery, it renews its lease.
+        """
+        args: Args = [token, step, attempt, delivery, lease_ms]
         return Begin(await self._call("begin_step", keys, args))
 
     async def release_step(

@@ -172,10 +172,13 @@ class GroupScripts:
         return bool(await self._scripts["cancel_group"](keys=keys.all, args=args))
 
     async def begin_continuation(
-        self, keys: GroupKeys, *, token: str, attempt: int, delivery: str
+        self, keys: GroupKeys, *, token: str, attempt: int, delivery: str, lease_ms: int
     ) -> Begin:
-        """May this delivery of the continuation run (one copy at a time)?"""
-        args = [token, attempt, delivery]
+        """May this delivery of the continuation run (one copy at a time)?
+
+        Asked again by the same delivery, it renews its lease.
+        """
+        args = [token, attempt, delivery, lease_ms]
         return Begin(
             await self._scripts["begin_continuation"](keys=keys.all, args=args)
         )

@@ -5,7 +5,9 @@ completed); a chain step only while its chain is at it, with the step's lease;
 a member of a cancellable group only while the group is not cancelled.
 """
 
+import functools
 import logging
+from dataclasses import dataclass, field
 
 from taskiq import TaskiqMessage
 
@@ -21,6 +23,7 @@ from taskiq_fanin.model.labels import (
     attempt_of,
 )
 from taskiq_fanin.store.replies import Begin
+from taskiq_fanin.worker.leases import Renew
 
 logger = logging.getLogger("taskiq_fanin")
 
@@ -33,29 +36,59 @@ def applies(labels: dict[str, object]) -> bool:
     return any(label in labels for label in GUARDED)
 
 
-async def may_run(ctx: FanInContext, message: TaskiqMessage, *, delivery: str) -> bool:
-    """Whether the message's body may run; closes what a cancelled skip leaves."""
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a body may run (``RUN``), and the run leases it then holds."""
+
+    begun: Begin
+    leases: list[Renew] = field(default_factory=list)
+
+
+async def may_run(
+    ctx: FanInContext, message: TaskiqMessage, *, delivery: str
+) -> Verdict:
+    """Whether the message's body may run; closes what a cancelled skip leaves.
+
+    ``RUNNING_ELSEWHERE``: another copy holds the run lease; this one must stay
+    unacknowledged, to come back should that copy's worker die.
+    """
     attempt = attempt_of(message.labels)
+    leases: list[Renew] = []
     ref = ContinuationRef.from_labels(message.labels)
     if ref is not None:
-        begun = await continuation.begin(ctx, ref, attempt=attempt, delivery=delivery)
+        continuation_lease: Renew = functools.partial(
+            continuation.begin, ctx, ref, attempt=attempt, delivery=delivery
+        )
+        begun = await continuation_lease()
         if begun is not Begin.RUN:
-            logger.info("Group %s: continuation skipped (%s)", ref.group_id, begun)
-            return False
+            logger.info("Group %s: continuation %s", ref.group_id, _said[begun])
+            return Verdict(begun)
+        leases.append(continuation_lease)
     cursor = ChainCursor.from_labels(message.labels)
     if cursor is not None:
-        begun = await record.begin_step(ctx, cursor, attempt=attempt, delivery=delivery)
+        step_lease: Renew = functools.partial(
+            record.begin_step, ctx, cursor, attempt=attempt, delivery=delivery
+        )
+        begun = await step_lease()
         if begun is not Begin.RUN:
-            logger.info("Chain %s: step %d skipped", cursor.id, cursor.index)
+            logger.info("Chain %s: step %d %s", cursor.id, cursor.index, _said[begun])
             if begun is Begin.SKIP:
                 await saga.skipped(
                     ctx, cursor, continuation=ref is not None, delivery=delivery
                 )
-            return False
-    if CANCELLABLE_LABEL not in message.labels:
-        return True
-    member = MemberRef.from_labels(message.labels)
-    if member is not None and await continuation.is_cancelled(ctx, member):
-        logger.info("Group %s: cancelled; member skipped", member.group_id)
-        return False
-    return True
+            return Verdict(begun)
+        leases.append(step_lease)
+    if CANCELLABLE_LABEL in message.labels:
+        member = MemberRef.from_labels(message.labels)
+        if member is not None and await continuation.is_cancelled(ctx, member):
+            logger.info("Group %s: cancelled; member skipped", member.group_id)
+            return Verdict(Begin.SKIP)
+    return Verdict(Begin.RUN, leases)
+
+
+#: How the log says what the guard found.
+_said = {
+    Begin.SKIP: "skipped (done, or cancelled)",
+    Begin.RUNNING_ELSEWHERE: "running elsewhere: this copy comes back later",
+    Begin.RUN: "runs",
+}

@@ -36,12 +36,14 @@ from taskiq_fanin.model.config import (
     choice,
     seconds,
 )
-from taskiq_fanin.model.errors import MiddlewareNotFoundError
+from taskiq_fanin.model.errors import MiddlewareNotFoundError, RunningElsewhereError
 from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
 from taskiq_fanin.store.client import connect
 from taskiq_fanin.store.outcome_batching import OutcomeBatching
+from taskiq_fanin.store.replies import Begin
 from taskiq_fanin.store.scripts import RedisClient
 from taskiq_fanin.worker import guard, skipping
+from taskiq_fanin.worker.leases import RunLeases
 from taskiq_fanin.worker.recording import Recording
 from taskiq_fanin.worker.retrying import retrying
 
@@ -136,6 +138,8 @@ class FanInMiddleware(TaskiqMiddleware):
         self._url = redis if isinstance(redis, str) else None
         self._client: RedisClient | None = None if isinstance(redis, str) else redis
         self._context: FanInContext | None = None
+        #: The run leases of the bodies running here, renewed while they run.
+        self._leases = RunLeases()
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -195,17 +199,21 @@ class FanInMiddleware(TaskiqMiddleware):
             return message
         delivery = new_delivery()
         try:
-            may_run = await retrying(
+            verdict = await retrying(
                 lambda: guard.may_run(ctx, message, delivery=delivery),
                 retry_for=ctx.config.retry_for,
                 what=("the run guard of task", message.task_id),
             )
+            if verdict.begun is Begin.RUNNING_ELSEWHERE:
+                raise RunningElsewhereError(task_id=message.task_id)
         except BaseException:  # not run: nothing of it is left running here
             current_run.set(None)
             ctx.outcomes.member_ended(message)
             raise
-        if not may_run:
+        if verdict.begun is Begin.SKIP:
             skipping.skip_current_message(self.broker, message)
+        elif verdict.leases:
+            self._leases.keep(message, verdict.leases, every=ctx.config.lease / 3)
         return message
 
     async def post_execute(
@@ -220,6 +228,7 @@ class FanInMiddleware(TaskiqMiddleware):
         """
         current_run.set(None)
         skipped = skipping.reset_skip()
+        self._leases.end(message)
         ctx = self._context
         if ctx is None:
             return

@@ -1,10 +1,10 @@
 --[[
   A delivered continuation is about to run: let one copy run at a time, and
   none once the continuation has completed (invariant 3). The running copy holds
-  a lease in the meta (run_until: the group's deadline span from now, on Redis's
-  clock), so a copy redelivered after its worker died runs again once the lease
-  is over. The continuation may start before its finaliser has recorded the
-  dispatch.
+  a lease in the meta (run_until, on Redis's clock) that its worker renews by
+  asking again while the body runs; a copy redelivered after that worker died
+  runs once the lease has run out. The continuation may start before its
+  finaliser has recorded the dispatch.
 
   A retry middleware kicks the next attempt of a failed one before that failed
   attempt's worker has released its lease: a later attempt (run_attempt) takes
@@ -16,12 +16,13 @@
   ARGV[1] token
   ARGV[2] attempt   0 first, 1 the first retry, ...
   ARGV[3] delivery  this delivery (random): asking again, it holds the lease
+  ARGV[4] lease     ms the lease lasts from now (renewed while the body runs)
 
   Returns 1: run it; 0: skip it (completed, or cancelled); 2: skip it (another
   copy is running). A group that is gone (expired) or of another token: 1, since
   losing the work is worse than running it again.
 ]]
-local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'span', 'run_until',
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'run_until',
   'run_attempt', 'run_by')
 if meta[1] ~= ARGV[1] then
   return 1
@@ -30,11 +31,11 @@ local state = meta[2]
 if state == 'running' then
   local now = now_ms()
   local attempt = tonumber(ARGV[2])
-  if tonumber(meta[4]) > now and attempt <= (tonumber(meta[5]) or 0)
-      and meta[6] ~= ARGV[3] then
+  if tonumber(meta[3]) > now and attempt <= (tonumber(meta[4]) or 0)
+      and meta[5] ~= ARGV[3] then
     return 2
   end
-  redis.call('HSET', KEYS[1], 'run_until', now + tonumber(meta[3]),
+  redis.call('HSET', KEYS[1], 'run_until', now + tonumber(ARGV[4]),
     'run_attempt', attempt, 'run_by', ARGV[3])
   return 1
 end
@@ -43,5 +44,5 @@ if not may_move('group', state, 'running') then
 end
 local now = now_ms()
 move(KEYS[1], 'group', state, 'running', 'started_at', now,
-  'run_until', now + tonumber(meta[3]), 'run_attempt', ARGV[2], 'run_by', ARGV[3])
+  'run_until', now + tonumber(ARGV[4]), 'run_attempt', ARGV[2], 'run_by', ARGV[3])
 return 1

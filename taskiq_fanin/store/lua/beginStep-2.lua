@@ -1,9 +1,9 @@
 --[[
   A delivered chain step is about to run: only while the chain runs and is at
   that step, and one copy at a time. The running copy holds a lease in the
-  record (run_until: the chain's step span from now, on Redis's clock); a copy
-  redelivered after its worker died runs once it is over, and a retry
-  middleware's later attempt takes it over.
+  record (run_until, on Redis's clock) that its worker renews by asking again
+  while the body runs; a copy redelivered after that worker died runs once the
+  lease has run out, and a retry middleware's later attempt takes it over.
 
   KEYS[1] record
   KEYS[2] comps
@@ -12,13 +12,14 @@
   ARGV[2] step      the step's index
   ARGV[3] attempt   0 first, 1 the first retry, ...
   ARGV[4] delivery  this delivery (random): asking again, it holds the lease
+  ARGV[5] lease     ms the lease lasts from now (renewed while the body runs)
 
   Returns 1: run it; 0: skip it (the chain is past this step, over, cancelled,
   or not this token's); 2: skip it (another copy of the step is running). No
   record (expired): 1, since losing the work is worse than running it again.
 ]]
-local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'span',
-  'run_step', 'run_until', 'run_attempt', 'run_by')
+local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'run_step',
+  'run_until', 'run_attempt', 'run_by')
 if not record[1] then
   return 1
 end
@@ -28,10 +29,10 @@ if record[1] ~= ARGV[1] or record[2] ~= 'running'
 end
 local now = now_ms()
 local attempt = tonumber(ARGV[3])
-if record[5] == ARGV[2] and (tonumber(record[6]) or 0) > now
-    and attempt <= (tonumber(record[7]) or 0) and record[8] ~= ARGV[4] then
+if record[4] == ARGV[2] and (tonumber(record[5]) or 0) > now
+    and attempt <= (tonumber(record[6]) or 0) and record[7] ~= ARGV[4] then
   return 2
 end
 redis.call('HSET', KEYS[1], 'run_step', ARGV[2],
-  'run_until', now + tonumber(record[4]), 'run_attempt', attempt, 'run_by', ARGV[4])
+  'run_until', now + tonumber(ARGV[5]), 'run_attempt', attempt, 'run_by', ARGV[4])
 return 1
