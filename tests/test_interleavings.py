@@ -38,7 +38,7 @@ from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.replies import Advanced, Begin, Outcome, Recorded
+from taskiq_fanin.store.replies import Advanced, Begin, Finished, Outcome, Recorded
 
 T = TypeVar("T")
 #: What the runs did, for the summary line (``pytest -s``).
@@ -337,9 +337,17 @@ class ChainLife(Scripted):
                 assert step == self.step or self.moved_by.get(step) == delivery
                 self.moved_by[step] = delivery
         elif last:
-            self.run(
-                self.scripts.finish(self.keys, token="tok", step=step, failure=failure)
-            )
+            finished = self.run(
+                self.scripts.finish(
+                    self.keys, token="tok", step=step, failure=failure,
+                    delivery=delivery, outcome="done", payload="1",
+                )
+            )  # fmt: skip
+            if finished is Finished.DONE:
+                # Once; again only for the delivery that finished it.
+                assert self.moved_by.setdefault(step, delivery) == delivery
+            elif finished is Finished.CANCELLED:
+                assert self.record()["state"] == "cancelled"
         else:
             advanced = self.run(
                 self.scripts.advance(
@@ -358,8 +366,11 @@ class ChainLife(Scripted):
 
     @rule()
     def cancel(self) -> None:
-        if self.run(self.scripts.cancel(self.keys)) is not None:
-            assert self.state == "running"
+        cancelled = self.run(self.scripts.cancel(self.keys))
+        if cancelled is not None:
+            # Cancelled now from running; asked again, the same step handed back.
+            assert self.state == ("running" if cancelled.now else "cancelled")
+            assert cancelled.step == self.step
 
     @rule()
     def sweep_redrives(self) -> None:

@@ -8,14 +8,19 @@ be a group: its continuation carries the chain on with the ``GroupResult``.
 
 import json
 import secrets
-from typing import Any
+from typing import Any, overload
 
 from taskiq_fanin.chains import record, tasks
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import index
 from taskiq_fanin.groups.planning import plan_group
-from taskiq_fanin.groups.validation import validate_chain, validate_group
+from taskiq_fanin.groups.validation import (
+    GroupPlan,
+    validate_chain,
+    validate_group,
+    validate_kick,
+)
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.labels import MemberRef
 from taskiq_fanin.model.signature import Signature
@@ -58,6 +63,7 @@ async def start(
         ttl_ms=ms(ctx.config.ttl),
         pending=pending_json(cursor, first, NOTHING),
         span_ms=ms(ctx.config.deadline),
+        member=cursor.member or "",
     )
     if created:
         await kick_step(ctx, cursor, first, previous=NOTHING)
@@ -86,16 +92,43 @@ async def kick_step(
     """
     label = cursor.label()  # the rest of the plan, serialized once
     if isinstance(step, Signature):
-        args = step.args
-        if previous is not NOTHING and step.pass_result:
-            args = (previous, *args)
+        called = _with_previous(step, previous)
         await (
-            step.with_labels(**label)
+            called.with_labels(**label)
             .kicker(ctx.kicker)
             .with_task_id(cursor.step_id)
-            .kiq(*args, **step.kwargs)
+            .kiq(*called.args, **called.kwargs)
         )
         return
+    plan = _group_plan(ctx, cursor, step, previous, label=label, delivery=delivery)
+    await plan_group(ctx, plan)
+
+
+def check_step(
+    ctx: FanInContext, cursor: ChainCursor, step: Signature | GroupSpec, previous: Any
+) -> None:
+    """Raise the error :func:`kick_step` would meet with this input, kicking nothing.
+
+    Asked before the chain moves on to ``step``: a previous result the step
+    cannot take (not JSON, or making a group member too large) fails the step
+    that returned it, rather than leaving the chain moved on with nothing kicked.
+    """
+    if isinstance(step, Signature):
+        what = f"step {cursor.index} of the chain"
+        validate_kick(what, _with_previous(step, previous))
+    else:
+        _group_plan(ctx, cursor, step, previous, label=cursor.label(), delivery=None)
+
+
+def _group_plan(
+    ctx: FanInContext,
+    cursor: ChainCursor,
+    step: GroupSpec,
+    previous: Any,
+    *,
+    label: dict[str, str],
+    delivery: str | None,
+) -> GroupPlan:
     # The group's continuations carry the chain on: every other option is the step's.
     options = step.options.model_copy(
         update={
@@ -103,22 +136,25 @@ async def kick_step(
             "on_error": Signature(task_name=tasks.FAIL_TASK_NAME).with_labels(**label),
         }
     )
-    members = step.members
-    if previous is not NOTHING:
-        members = tuple(_with_previous(member, previous) for member in members)
+    members = tuple(_with_previous(member, previous) for member in step.members)
     spec = GroupSpec(members=members, options=options, group_id=cursor.step_id)
-    plan = validate_group(ctx, spec, depth=cursor.depth + 1, token=delivery)
-    await plan_group(ctx, plan)
+    return validate_group(ctx, spec, depth=cursor.depth + 1, token=delivery)
 
 
+@overload
+def _with_previous(member: Signature, previous: Any) -> Signature: ...
+@overload
+def _with_previous(member: ChainSpec, previous: Any) -> ChainSpec: ...
 def _with_previous(
     member: Signature | ChainSpec, previous: Any
 ) -> Signature | ChainSpec:
-    """A group step's member, taking the previous step's result first.
+    """A step, or a group step's member, taking the previous step's result first.
 
-    As a task step does (``Signature.immutable()`` opts out); a chain member
-    takes it at its first step.
+    ``Signature.immutable()`` opts out; a chain member takes it at its first
+    step; the first step of a chain (``NOTHING``) takes none.
     """
+    if previous is NOTHING:
+        return member
     if isinstance(member, Signature):
         return member.prepend(previous) if member.pass_result else member
     first = member.steps[0] if member.steps else None

@@ -6,14 +6,16 @@ from taskiq import TaskiqResult
 
 from taskiq_fanin.chains import launch, saga
 from taskiq_fanin.chains.cursor import ChainCursor
-from taskiq_fanin.chains.membership import end_member
+from taskiq_fanin.chains.membership import end_member, kept_outcome
 from taskiq_fanin.chains.record import keys_of
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import index
 from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.errors import MemberNotSerializableError, MemberTooLargeError
 from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.store.replies import Advanced
+from taskiq_fanin.model.spec import GroupSpec
+from taskiq_fanin.store.replies import Advanced, Finished
 
 
 async def step_finished(
@@ -26,35 +28,7 @@ async def step_finished(
     runs. ``delivery`` names this delivery of the step: retried with the same
     one after an error, a transition whose reply was lost goes on all the same.
     """
-    keys = keys_of(ctx, cursor.id)
-    scripts = ctx.chain_scripts
-    failure = ""
-    if result.is_err:
-        failure = error_payload(result.error, ctx.config.max_result_bytes)
-        if not cursor.keep_going:
-            compensations = await scripts.fail(
-                keys,
-                token=cursor.token,
-                step=cursor.index,
-                error=failure,
-                delivery=delivery,
-            )
-            await end_member(ctx, cursor, result, delivery=delivery)
-            if compensations is not None:
-                # Should this worker die before the chain is failed, the sweep
-                # looks at it once a lease is over, not at its deadline.
-                await index.reschedule(
-                    ctx, cursor.id, ms(ctx.config.lease), chains=True
-                )
-                await saga.after_failure(ctx, cursor, failure, compensations)
-            return
-    if not cursor.rest:
-        await end_member(ctx, cursor, result, delivery=delivery)
-        await scripts.finish(
-            keys, token=cursor.token, step=cursor.index, failure=failure
-        )
-        return
-    following = cursor.rest[0]
+    following = cursor.rest[0] if cursor.rest else None
     after = cursor.model_copy(
         update={
             "index": cursor.index + 1,
@@ -64,9 +38,20 @@ async def step_finished(
             else None,
         }
     )
+    if following is not None and not result.is_err:
+        result = _unless_unusable(ctx, after, following, result)
+    failure = ""
+    if result.is_err:
+        failure = error_payload(result.error, ctx.config.max_result_bytes)
+        if not cursor.keep_going:
+            await _failed(ctx, cursor, result, failure, delivery=delivery)
+            return
+    if following is None:
+        await _finished(ctx, cursor, result, failure, delivery=delivery)
+        return
     previous = None if result.is_err else result.return_value
-    advanced = await scripts.advance(
-        keys,
+    advanced = await ctx.chain_scripts.advance(
+        keys_of(ctx, cursor.id),
         token=cursor.token,
         step=cursor.index,
         compensation=cursor.undo.to_ledger() if cursor.undo and not failure else "",
@@ -81,3 +66,72 @@ async def step_finished(
         await launch.kick_step(
             ctx, after, following, previous=previous, delivery=delivery
         )
+
+
+def _unless_unusable(
+    ctx: FanInContext,
+    after: ChainCursor,
+    following: Signature | GroupSpec,
+    result: TaskiqResult[Any],
+) -> TaskiqResult[Any]:
+    """``result``, or a failure if the next step cannot take it.
+
+    Found before the chain moves on: a result that is not JSON, or that makes a
+    group step's member too large, fails the step that returned it (with the
+    error saying why), instead of a chain moved on with no step kicked.
+    """
+    try:
+        launch.check_step(ctx, after, following, result.return_value)
+    except (MemberNotSerializableError, MemberTooLargeError) as unusable:
+        return result.model_copy(
+            update={"is_err": True, "return_value": None, "error": unusable}
+        )
+    return result
+
+
+async def _failed(
+    ctx: FanInContext,
+    cursor: ChainCursor,
+    result: TaskiqResult[Any],
+    failure: str,
+    *,
+    delivery: str,
+) -> None:
+    compensations = await ctx.chain_scripts.fail(
+        keys_of(ctx, cursor.id),
+        token=cursor.token,
+        step=cursor.index,
+        error=failure,
+        delivery=delivery,
+    )
+    if compensations is None:
+        return  # a duplicate, or the chain is over: its end was recorded
+    await end_member(ctx, cursor, result, delivery=delivery)
+    # Should this worker die before the chain is failed, the sweep looks at it
+    # once a lease is over, not at its deadline.
+    await index.reschedule(ctx, cursor.id, ms(ctx.config.lease), chains=True)
+    await saga.after_failure(ctx, cursor, failure, compensations)
+
+
+async def _finished(
+    ctx: FanInContext,
+    cursor: ChainCursor,
+    result: TaskiqResult[Any],
+    failure: str,
+    *,
+    delivery: str,
+) -> None:
+    outcome, payload = kept_outcome(ctx, cursor, result)
+    finished = await ctx.chain_scripts.finish(
+        keys_of(ctx, cursor.id),
+        token=cursor.token,
+        step=cursor.index,
+        delivery=delivery,
+        failure=failure,
+        outcome=outcome,
+        payload=payload,
+    )
+    if finished is Finished.CANCELLED:
+        await saga.undo_cancelled_step(ctx, cursor, delivery=delivery)
+    elif finished is Finished.DONE:
+        await end_member(ctx, cursor, result, delivery=delivery)

@@ -12,13 +12,14 @@ its compensations run as for a failure.
 
 from taskiq_fanin.chains import launch, record
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
-from taskiq_fanin.chains.membership import cancelled_result, end_member
-from taskiq_fanin.context import FanInContext
+from taskiq_fanin.chains.membership import cancelled_result, end_member, settle_member
+from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
 from taskiq_fanin.model.results import ChainFailure, ChainState, MemberError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec
 from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, validate_group_id
+from taskiq_fanin.store.replies import Cancelled
 
 
 async def after_failure(
@@ -84,29 +85,52 @@ async def undo_cancelled_step(
 async def cancel(ctx: FanInContext, chain_id: str) -> bool:
     """Cancel a running chain: its completed steps' compensations run.
 
-    False if the chain is not running (over, or unknown).
+    False if the chain is not running (over, or unknown). Safe to call again: a
+    call that failed half-way (Redis away) is finished by the next one, or by
+    the sweep.
     """
     validate_group_id(chain_id, longest=LONGEST_DERIVED_ID)
     cancelled = await ctx.chain_scripts.cancel(record.keys_of(ctx, chain_id))
     if cancelled is None:
         return False
-    step, compensations = cancelled
-    # If the chain is at a group step, that group continues nothing now.
-    await cancel_group(ctx, f"{chain_id}.{step}")
-    await compensate(ctx, f"{chain_id}.undo", compensations)
-    return True
+    await _carry_out(ctx, chain_id, cancelled)
+    return cancelled.now
+
+
+async def finish_cancelled(ctx: FanInContext, chain_id: str) -> None:
+    """Carry out a cancel again (the sweep): its caller may have died half-way."""
+    cancelled = await ctx.chain_scripts.cancel(record.keys_of(ctx, chain_id))
+    if cancelled is not None:
+        await _carry_out(ctx, chain_id, cancelled)
+
+
+async def _carry_out(ctx: FanInContext, chain_id: str, cancelled: Cancelled) -> None:
+    """What a cancel does besides the record's move; each part once, however often.
+
+    If the chain is at a group step, that group continues nothing now; the
+    compensations start as ``<chain id>.undo`` (started once); the group member
+    the chain is counts as cancelled (recorded once). A step running meanwhile
+    undoes itself when it ends.
+    """
+    await cancel_group(ctx, f"{chain_id}.{cancelled.step}")
+    await compensate(ctx, f"{chain_id}.undo", cancelled.compensations)
+    fields = {"state": ChainState.CANCELLED.value, "member": cancelled.member}
+    await settle_member(ctx, fields, delivery=new_delivery())
 
 
 async def skipped(
     ctx: FanInContext, cursor: ChainCursor, *, continuation: bool, delivery: str
 ) -> None:
-    """Close what a step the guard skipped leaves open, if its chain was cancelled.
+    """Close what a step the guard skipped may leave open, if its chain is over.
 
-    That is the group whose continuation the step was, and the group member the
-    chain is.
+    A cancelled chain leaves the group whose continuation the step was. Any
+    chain over may not have recorded the group member it is, if the worker that
+    ended it died first (recording it again counts it once).
     """
-    if await record.state(ctx, cursor.id) is not ChainState.CANCELLED:
+    found = await ctx.chain_scripts.read(record.keys_of(ctx, cursor.id))
+    state = found.get("state")
+    if state is None or state == ChainState.RUNNING.value:
         return
-    if continuation:
+    if continuation and state == ChainState.CANCELLED.value:
         await complete_unrun(ctx, cursor.step_id)
-    await end_member(ctx, cursor, cancelled_result(), delivery=delivery)
+    await settle_member(ctx, found, delivery=delivery)

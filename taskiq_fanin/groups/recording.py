@@ -61,6 +61,16 @@ def error_payload(error: BaseException | None, limit: int) -> str:
     return summary.model_dump_json()
 
 
+def outcome_of(
+    ctx: FanInContext, ref: MemberRef, result: TaskiqResult[Any]
+) -> tuple[Outcome, str]:
+    """A member's outcome and its payload (result or error) as the group keeps it."""
+    limit = ctx.config.max_result_bytes
+    if result.is_err:
+        return Outcome.FAILED, error_payload(result.error, limit)
+    return Outcome.DONE, result_payload(result.return_value, limit, ref)
+
+
 async def record_member(
     ctx: FanInContext, ref: MemberRef, result: TaskiqResult[Any], *, delivery: str
 ) -> Recorded:
@@ -69,13 +79,15 @@ async def record_member(
     ``delivery`` names this delivery of the member: retried with the same one
     after an error, a claim whose reply was lost is finalised all the same.
     """
+    outcome, payload = outcome_of(ctx, ref, result)
+    return await record_outcome(ctx, ref, outcome, payload, delivery=delivery)
+
+
+async def record_outcome(
+    ctx: FanInContext, ref: MemberRef, outcome: Outcome, payload: str, *, delivery: str
+) -> Recorded:
+    """:func:`record_member` with the outcome already made (a chain kept it)."""
     config = ctx.config
-    if result.is_err:
-        outcome = Outcome.FAILED
-        payload = error_payload(result.error, config.max_result_bytes)
-    else:
-        outcome = Outcome.DONE
-        payload = result_payload(result.return_value, config.max_result_bytes, ref)
     recorded, collected = await ctx.scripts.record_outcome(
         group_keys(config.prefix, ref.group_id),
         token=ref.token,

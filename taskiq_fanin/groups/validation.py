@@ -96,12 +96,27 @@ def validate_chain(ctx: FanInContext, spec: ChainSpec, *, depth: int) -> None:
             _known(ctx, step)
     if spec.on_error is not None:
         _known(ctx, spec.on_error)
-    # The plan travels as JSON: every argument must serialize, now.
+    _serialize_chain(spec, ctx.config.max_member_bytes)
+
+
+def _serialize_chain(spec: ChainSpec, limit: int) -> None:
+    """Every argument serializes, now: the plan travels as JSON.
+
+    A group step's members fit the ledger too (before a previous result joins).
+    """
     for index, step in enumerate(spec.steps):
         if isinstance(step, Signature):
             _serialized(f"step {index} of the chain", step, None)
+            continue
+        for number, member in enumerate(step.members):
+            _serialized(f"member {number} of step {index}", member, limit)
     if spec.on_error is not None:
         _serialized("the chain's on_error", spec.on_error, None)
+
+
+def validate_kick(what: str, step: Signature) -> None:
+    """Check that a task step, with the arguments it is about to get, serializes."""
+    _serialized(what, step, None)
 
 
 def _check_group(ctx: FanInContext, spec: GroupSpec, *, depth: int) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from taskiq_fanin.store.keys import ChainKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher, ScriptBatcher
-from taskiq_fanin.store.replies import Advanced, Begin, flat_hash
+from taskiq_fanin.store.replies import Advanced, Begin, Cancelled, Finished, flat_hash
 from taskiq_fanin.store.scripts import CHAIN_SCRIPT_FILES, RedisClient, register, text
 
 Args = list[str | int]
@@ -37,9 +37,13 @@ class ChainScripts:
         ttl_ms: int,
         pending: str,
         span_ms: int,
+        member: str = "",
     ) -> bool:
-        """Create the record; False when the chain id exists."""
-        args: Args = [token, steps, names, ttl_ms, pending, span_ms]
+        """Create the record; False when the chain id exists.
+
+        ``member``: the label of the group member the chain is, if it is one.
+        """
+        args: Args = [token, steps, names, ttl_ms, pending, span_ms, member]
         return bool(await self._call("start", keys, args))
 
     async def advance(
@@ -62,10 +66,23 @@ class ChainScripts:
         return Advanced(await self._call("advance", keys, args))
 
     async def finish(
-        self, keys: ChainKeys, *, token: str, step: int, failure: str = ""
-    ) -> bool:
-        """Mark the chain done after its last step; True the first time only."""
-        return bool(await self._call("finish", keys, [token, step, failure]))
+        self,
+        keys: ChainKeys,
+        *,
+        token: str,
+        step: int,
+        delivery: str,
+        failure: str = "",
+        outcome: str = "",
+        payload: str = "",
+    ) -> Finished:
+        """Mark the chain done after its last step, once.
+
+        ``outcome`` and ``payload``: the group member's, kept in the record. The
+        same ``delivery`` retrying after a lost reply is told ``DONE`` again.
+        """
+        args: Args = [token, step, failure, delivery, outcome, payload]
+        return Finished(await self._call("finish", keys, args))
 
     async def fail(
         self, keys: ChainKeys, *, token: str, step: int, error: str, delivery: str
@@ -78,12 +95,17 @@ class ChainScripts:
         """A failing chain's error continuation and compensations are kicked."""
         return bool(await self._call("failed", keys, [token]))
 
-    async def cancel(self, keys: ChainKeys) -> tuple[int, list[str]] | None:
-        """Cancel a running chain: (its step, the compensations to run), or None."""
+    async def cancel(self, keys: ChainKeys) -> Cancelled | None:
+        """Cancel a running chain (or hand back a cancelled one's), else None."""
         reply = await self._call("cancel", keys, [])
-        if reply[0] != 1:
+        if reply[0] == 0:
             return None
-        return int(reply[1]), [text(c) for c in reply[2:]]
+        return Cancelled(
+            now=reply[0] == 1,
+            step=int(reply[1]),
+            member=text(reply[2]),
+            compensations=[text(c) for c in reply[3:]],
+        )
 
     async def begin_step(
         self,

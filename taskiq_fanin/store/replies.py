@@ -58,6 +58,30 @@ class Advanced(enum.IntEnum):
     CANCELLED = 3
 
 
+class Finished(enum.IntEnum):
+    """Result of ``finishChain``."""
+
+    #: Not at that step (a duplicate), missing, or over.
+    NOT_NOW = 0
+    DONE = 1
+    #: Cancelled while its last step ran.
+    CANCELLED = 3
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What ``cancelChain`` handed back."""
+
+    #: Cancelled by this call (False: cancelled before, and handed back again).
+    now: bool
+    #: The step the chain was at.
+    step: int
+    #: The label of the group member the chain is, or ''.
+    member: str
+    #: The compensations of the steps completed, in step order.
+    compensations: list[str]
+
+
 @dataclass(frozen=True)
 class Inspected:
     """What ``inspectGroup`` read: the group as the sweep judges it."""

@@ -2,14 +2,17 @@
 
 A chain stops if a worker dies between its record moving on and the next step's
 kick, or between its failure being recorded and its error continuation and
-compensations being kicked. Each chain is judged from its own record, by the
-step span recorded with it and on Redis's clock.
+compensations being kicked; a chain that is a group member may have ended
+without its member recorded, and a cancel may have stopped half-way. Each chain
+is judged from its own record, by the step span recorded with it and on Redis's
+clock.
 """
 
 import json
 
 from taskiq_fanin.chains import launch, record, saga
-from taskiq_fanin.context import FanInContext
+from taskiq_fanin.chains.membership import settle_member
+from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.groups import index
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.results import ChainState
@@ -31,6 +34,8 @@ async def judge_chain(
     state = ChainState(found[0]["state"]) if found else ChainState.MISSING
     if found is None or state not in (ChainState.RUNNING, ChainState.FAILING):
         if not dry_run:  # over, or expired: nothing left to watch
+            if found is not None:
+                await _settle(ctx, chain_id, found[0])
             await index.remove(ctx, chain_id, chains=True)
         return None
     fields, now = found
@@ -61,6 +66,19 @@ async def judge_chain(
         return finding
     await _act(ctx, chain_id, finding, fields)
     return finding
+
+
+async def _settle(ctx: FanInContext, chain_id: str, fields: dict[str, str]) -> None:
+    """Before a chain over leaves the index: what its end may have left undone.
+
+    The worker (or caller) that ended it may have died before recording the
+    group member it is, or before carrying out all of a cancel; doing it again
+    does it once.
+    """
+    if fields.get("state") == ChainState.CANCELLED.value:
+        await saga.finish_cancelled(ctx, chain_id)
+    else:
+        await settle_member(ctx, fields, delivery=new_delivery())
 
 
 async def _act(

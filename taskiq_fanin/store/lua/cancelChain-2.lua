@@ -2,19 +2,28 @@
   Cancel a running chain: steps not yet started will not run, and the
   compensations of the steps already completed are handed back to run.
 
+  The compensations stay (until the record expires): a caller that dies before
+  it has started them, or its retry, or the sweep, asks again and is handed the
+  same ones (the undo chain's id makes starting them twice start them once).
+
   KEYS[1] record
   KEYS[2] comps
 
-  Returns {1, step, compensation, ...} (in step order) when cancelled now, {0}
-  when the chain is missing or not running.
+  Returns {1, step, member, compensation, ...} (in step order) when cancelled
+  now, {2, step, member, compensation, ...} when cancelled before, {0} when the
+  chain is missing or ended otherwise. ``member`` is the label of the group
+  member the chain is, or ''.
 ]]
-local record = redis.call('HMGET', KEYS[1], 'state', 'step')
-if record[1] ~= 'running' then
+local record = redis.call('HMGET', KEYS[1], 'state', 'step', 'member')
+local code = 2
+if record[1] == 'running' then
+  move(KEYS[1], 'chain', 'running', 'cancelled', 'updated', now_ms())
+  code = 1
+elseif record[1] ~= 'cancelled' then
   return {0}
 end
-move(KEYS[1], 'chain', 'running', 'cancelled', 'updated', now_ms())
 local reply = redis.call('LRANGE', KEYS[2], 0, -1)
+table.insert(reply, 1, record[3] or '')
 table.insert(reply, 1, tonumber(record[2]))
-table.insert(reply, 1, 1)
-redis.call('DEL', KEYS[2])
+table.insert(reply, 1, code)
 return reply

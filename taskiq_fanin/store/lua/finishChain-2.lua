@@ -5,22 +5,39 @@
   KEYS[2] comps   dropped: nothing is left to undo
 
   ARGV[1] token
-  ARGV[2] step    index of the last step
-  ARGV[3] failure the last step's error summary (JSON) in a chain that keeps
-                  going past failures, or ''
+  ARGV[2] step     index of the last step
+  ARGV[3] failure  the last step's error summary (JSON) in a chain that keeps
+                   going past failures, or ''
+  ARGV[4] delivery this delivery of the step (random), the same when it retries
+  ARGV[5] outcome  'done' or 'failed': the outcome of the group member the chain
+                   is, kept for whoever records it should this worker die; ''
+                   when the chain is no member
+  ARGV[6] payload  that outcome's result or error (JSON), or ''
 
-  Returns 1 when the chain is done now, 0 when it was not at that step
-  (a duplicate), missing, not this token's, or over.
+  Returns 1 when the chain is done now, or was made so by this very delivery
+  (its reply was lost); 3 when it was cancelled while the step ran; 0 when it
+  was not at that step (a duplicate), missing, not this token's, or over.
 ]]
-local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step')
-if record[1] ~= ARGV[1] or record[2] ~= 'running'
-    or tonumber(record[3]) ~= tonumber(ARGV[2]) then
+local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by')
+if record[1] ~= ARGV[1] then
+  return 0
+end
+if record[2] == 'cancelled' then
+  return 3
+end
+if record[2] == 'done' and record[4] == ARGV[4] then
+  return 1
+end
+if record[2] ~= 'running' or tonumber(record[3]) ~= tonumber(ARGV[2]) then
   return 0
 end
 move(KEYS[1], 'chain', 'running', 'done', 'step', tonumber(ARGV[2]) + 1,
-  'updated', now_ms())
+  'updated', now_ms(), 'moved_by', ARGV[4])
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[1], 'failure:' .. ARGV[2], ARGV[3])
+end
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'outcome', ARGV[5], 'payload', ARGV[6])
 end
 redis.call('DEL', KEYS[2])
 return 1

@@ -4,7 +4,7 @@
 
   KEYS[1] record   hash: token, state, step, steps, names, started, updated,
                    span, pending, error, failed_step, failure:<step>, redrives,
-                   run_step, run_until, run_attempt
+                   run_step, run_until, run_attempt, member, outcome, payload
   KEYS[2] comps    list: compensations of the completed steps, in step order
 
   ARGV[1] token
@@ -14,6 +14,7 @@
   ARGV[5] pending  the first step's kick (JSON), for the sweep to repeat if lost
   ARGV[6] span     ms a step may take before the chain counts as stuck (and a
                    step's run lease)
+  ARGV[7] member   the label of the group member the chain is, or ''
 
   Returns 1 when created, 0 when the chain exists.
 ]]
@@ -24,5 +25,8 @@ local now = now_ms()
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'state', 'running', 'step', 0,
   'steps', ARGV[2], 'names', ARGV[3], 'started', now, 'updated', now,
   'pending', ARGV[5], 'span', ARGV[6], 'redrives', 0)
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[1], 'member', ARGV[7])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1

@@ -1,0 +1,325 @@
+"""How a chain ends, on a real redis-server and a real Receiver: a result the next
+step cannot take fails the step that returned it; a cancel undoes a running last
+step, ends the group member the chain is at any step, and is finished by a
+second call or the sweep if its caller died half-way; a member a chain ended
+without recording is recorded by the sweep.
+"""
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from taskiq_fanin import (
+    ChainFailure,
+    ChainState,
+    FanInMiddleware,
+    GroupResult,
+    MemberNotSerializableError,
+    Signature,
+    cancel,
+    chain,
+    chain_status,
+    group,
+    group_status,
+    sweep,
+)
+from taskiq_fanin.chains import progress, saga
+from tests.harness import SentMessages, eventually, stream_broker, worker
+
+SHORT = 0.3  # seconds: a deadline short enough for the sweep to look within a test
+
+
+async def state_is(fanin: FanInMiddleware, chain_id: str, state: ChainState) -> bool:
+    return (await chain_status(fanin, chain_id)).state is state
+
+
+async def test_a_group_step_member_that_is_not_json_is_refused_before_any_write(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+
+    @broker.task
+    async def leaf(value: Any) -> None:
+        """Never runs."""
+
+    await broker.startup()
+    try:
+        bad = chain(Signature.of(leaf, 1), group([Signature.of(leaf, object())]))
+        with pytest.raises(MemberNotSerializableError, match="Member 0 of step 1"):
+            await bad.kiq(broker)
+        keys = await fanin.context.redis.keys(f"{key_prefix}*")
+    finally:
+        await broker.shutdown()
+
+    assert sent.sent == []
+    assert [k for k in keys if not k.endswith(b":stream")] == []
+
+
+async def test_a_result_too_large_for_the_next_group_step_fails_the_step(
+    redis_url: str, key_prefix: str
+) -> None:
+    """The check comes before the chain moves on: it fails, with on_error and its
+    member's outcome, instead of stopping at a step it could never kick."""
+    broker, fanin = stream_broker(redis_url, key_prefix, max_member_bytes=1024)
+    failures: list[ChainFailure] = []
+    results: list[GroupResult] = []
+
+    @broker.task
+    async def big() -> str:
+        return "x" * 4096
+
+    @broker.task
+    async def use(text: str) -> int:
+        return len(text)
+
+    @broker.task
+    async def on_error(failure: ChainFailure) -> None:
+        failures.append(failure)
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    async with worker(broker, max_async_tasks=4):
+        member = chain(
+            Signature.of(big),
+            group([Signature.of(use)]),
+            on_error=Signature.of(on_error),
+        )
+        await group([member], then=then, group_id="outer").kiq(broker)
+        await eventually(lambda: len(results) == 1, what="the outer continuation")
+        await eventually(lambda: len(failures) == 1, what="on_error")
+        status = await chain_status(fanin, "outer.0")
+
+    assert status.state is ChainState.FAILED
+    assert status.failed_step == 0
+    assert status.error is not None
+    assert status.error.type == "MemberTooLargeError"
+    assert failures[0].step == 0
+    assert results[0].failed[0].type == "MemberTooLargeError"
+
+
+async def test_cancelling_during_the_last_step_undoes_it_and_cancels_the_member(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    journal: list[str] = []
+    release = asyncio.Event()
+    results: list[GroupResult] = []
+
+    @broker.task
+    async def step(name: str) -> str:
+        journal.append(name)
+        if name == "last":
+            await release.wait()
+        return name
+
+    @broker.task
+    async def undo(name: str) -> None:
+        journal.append(f"undo {name}")
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    async with worker(broker, max_async_tasks=4):
+        member = chain(
+            *[
+                Signature.of(step, name)
+                .immutable()
+                .with_compensation(Signature.of(undo, name))
+                for name in ("first", "last")
+            ]
+        )
+        await group([member], then=then, group_id="g").kiq(broker)
+        await eventually(lambda: "last" in journal, what="the last step to start")
+        assert await cancel(broker, "g.0")
+        release.set()
+        await eventually(lambda: len(results) == 1, what="the outer continuation")
+        for undo_id in ("g.0.undo", "g.0.undo1"):
+            await eventually(
+                lambda undo_id=undo_id: state_is(fanin, undo_id, ChainState.DONE),
+                what=f"{undo_id} to end",
+            )
+        status = await chain_status(fanin, "g.0")
+
+    assert status.state is ChainState.CANCELLED
+    assert sorted(journal[2:]) == ["undo first", "undo last"]
+    assert results[0].failed[0].type == "ChainCancelledError"
+    assert results[0].succeeded == []
+
+
+async def test_cancelling_at_an_open_group_step_ends_the_member_at_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    """The step's group continues nothing now: the cancel records the member."""
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    release = asyncio.Event()
+    results: list[GroupResult] = []
+
+    @broker.task
+    async def start() -> int:
+        return 1
+
+    @broker.task
+    async def held(previous: int) -> int:
+        await release.wait()
+        return previous
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    async with worker(broker, max_async_tasks=4):
+        member = chain(Signature.of(start), group([Signature.of(held)] * 2))
+        await group([member], then=then, group_id="g").kiq(broker)
+        await eventually(
+            lambda: _group_open(fanin, "g.0.1"), what="the group step to be planned"
+        )
+        assert await cancel(broker, "g.0")
+        # Its members still hold their slots: the outer group ends without them.
+        await eventually(lambda: len(results) == 1, what="the outer continuation")
+        release.set()
+        status = await chain_status(fanin, "g.0")
+
+    assert status.state is ChainState.CANCELLED
+    assert results[0].failed[0].type == "ChainCancelledError"
+
+
+async def test_a_cancel_that_died_half_way_is_carried_out_by_the_next_call(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    journal: list[str] = []
+    release = asyncio.Event()
+
+    @broker.task
+    async def step(name: str) -> str:
+        journal.append(name)
+        if name == "2":
+            await release.wait()
+        return name
+
+    @broker.task
+    async def undo(name: str) -> None:
+        journal.append(f"undo {name}")
+
+    compensate = saga.compensate
+
+    async def dies(*args: Any, **kwargs: Any) -> None:
+        monkeypatch.setattr(saga, "compensate", compensate)
+        raise ConnectionError("the caller's Redis went away")
+
+    async with worker(broker, max_async_tasks=2):
+        handle = await chain(
+            *[
+                Signature.of(step, n)
+                .immutable()
+                .with_compensation(Signature.of(undo, n))
+                for n in ("1", "2", "3")
+            ]
+        ).kiq(broker)
+        await eventually(lambda: "2" in journal, what="step 2 to start")
+        monkeypatch.setattr(saga, "compensate", dies)
+        with pytest.raises(ConnectionError):
+            await cancel(broker, handle.chain_id)
+        # Cancelled, its compensations not started: the next call starts them.
+        assert await state_is(fanin, handle.chain_id, ChainState.CANCELLED)
+        assert not await cancel(broker, handle.chain_id)
+        release.set()
+        await eventually(
+            lambda: state_is(fanin, f"{handle.chain_id}.undo", ChainState.DONE),
+            what="the compensations to end",
+        )
+        await eventually(lambda: len(journal) == 4, what="step 2 undone")
+
+    assert sorted(journal[2:]) == ["undo 1", "undo 2"]
+
+
+async def test_the_sweep_finishes_a_cancel_whose_caller_died(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix, deadline=SHORT)
+    journal: list[str] = []
+
+    @broker.task
+    async def step(name: str) -> str:
+        journal.append(name)
+        return name
+
+    @broker.task
+    async def undo(name: str) -> None:
+        journal.append(f"undo {name}")
+
+    release = asyncio.Event()
+
+    @broker.task
+    async def hold() -> None:
+        await release.wait()
+
+    async def dies(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("the caller's Redis went away")
+
+    async with worker(broker, max_async_tasks=2):
+        handle = await chain(
+            Signature.of(step, "1").with_compensation(Signature.of(undo, "1")),
+            Signature.of(hold).immutable(),
+        ).kiq(broker)
+        await eventually(lambda: "1" in journal, what="step 1 to end")
+        monkeypatch.setattr(saga, "compensate", dies)
+        with pytest.raises(ConnectionError):
+            await cancel(broker, handle.chain_id)
+        monkeypatch.undo()
+        release.set()
+        await eventually(
+            lambda: _swept_until_done(fanin, f"{handle.chain_id}.undo"),
+            what="the sweep to start the compensations",
+        )
+        await eventually(lambda: "undo 1" in journal, what="the compensation")
+
+
+async def test_the_sweep_records_the_member_of_a_chain_that_ended_unrecorded(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that died between the chain's end and its member's record."""
+    broker, fanin = stream_broker(redis_url, key_prefix, deadline=SHORT)
+    results: list[GroupResult] = []
+
+    @broker.task
+    async def double(value: int) -> int:
+        return value * 2
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    async def dies_first(*args: Any, **kwargs: Any) -> None:
+        """The chain's record moved; the member is never recorded by its worker."""
+
+    monkeypatch.setattr(progress, "end_member", dies_first)
+    async with worker(broker, max_async_tasks=2):
+        member = chain(Signature.of(double, 1), Signature.of(double))
+        await group([member], then=then, group_id="g").kiq(broker)
+        await eventually(lambda: state_is(fanin, "g.0", ChainState.DONE), what="done")
+        assert results == []
+        await eventually(
+            lambda: _swept_until(fanin, results), what="the sweep to record the member"
+        )
+
+    assert results[0].results == [4]
+
+
+async def _group_open(fanin: FanInMiddleware, group_id: str) -> bool:
+    return (await group_status(fanin, group_id)).state.value == "open"
+
+
+async def _swept_until_done(fanin: FanInMiddleware, chain_id: str) -> bool:
+    await sweep(fanin)
+    return await state_is(fanin, chain_id, ChainState.DONE)
+
+
+async def _swept_until(fanin: FanInMiddleware, results: list[GroupResult]) -> bool:
+    await sweep(fanin)
+    return bool(results)
