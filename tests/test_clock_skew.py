@@ -84,6 +84,11 @@ async def test_skewed_clocks_plan_and_finish_on_redis_time(
 
     assert results[0].results == [0, 1, 2]
     assert status.state.value == "completed"
+    # Its age is on Redis's clock too, read with the status, not the caller's.
+    assert status.read_at is not None
+    assert status.created is not None
+    assert abs(status.read_at.timestamp() - seconds) < 60
+    assert status.age_seconds() == (status.read_at - status.created).total_seconds()
     # The tombstone, and the chain's record, live their durations from now.
     assert 0 < await redis_client.pttl(meta) <= fanin.config.tombstone_ttl * 1000
     assert fanin.config.ttl * 1000 - 60_000 < ttl <= fanin.config.ttl * 1000

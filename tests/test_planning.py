@@ -140,3 +140,28 @@ async def test_planning_again_after_the_planner_died_dispatches_the_rest(
 async def _older_than_lease(fanin: FanInMiddleware, group_id: str) -> bool:
     status = await group_status(fanin, group_id)
     return status.age_seconds() > fanin.config.lease  # type: ignore[operator]
+
+
+async def test_an_empty_group_whose_create_reply_was_lost_still_continues_at_once(
+    fanin: FanInMiddleware, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client retries a create whose reply was lost: the group exists, claimed
+    by this planner, and the planner finalises it then, not the sweep a lease on."""
+    broker = await started(FlakyBroker(fail_from=10), fanin)
+
+    @broker.task
+    async def then(result: object) -> None:
+        return None
+
+    scripts = fanin.context.scripts
+    create_group = scripts.create_group
+
+    async def reply_lost(*args: object, **kwargs: object) -> object:
+        await create_group(*args, **kwargs)  # ran; its reply never came back
+        return await create_group(*args, **kwargs)
+
+    monkeypatch.setattr(scripts, "create_group", reply_lost)
+    await group([], then=then, group_id="empty").kiq(broker)
+
+    assert broker.kicked == ["empty.then"]
+    assert (await group_status(fanin, "empty")).state.value == "dispatched"

@@ -25,10 +25,15 @@ DEFAULT_LIST_LIMIT = 1000
 FINISHED = frozenset({GroupState.COMPLETED, GroupState.CANCELLED, GroupState.MISSING})
 
 
-def status_from_meta(group_id: str, meta: dict[str, str]) -> GroupStatus:
-    """A ``GroupStatus`` from a group's meta hash (empty: the group is missing)."""
+def status_from_meta(
+    group_id: str, meta: dict[str, str], *, read_at: datetime | None = None
+) -> GroupStatus:
+    """A ``GroupStatus`` from a group's meta hash (empty: the group is missing).
+
+    ``read_at``: Redis's clock when the meta was read.
+    """
     if not meta:
-        return GroupStatus(group_id=group_id, state=GroupState.MISSING)
+        return GroupStatus(group_id=group_id, state=GroupState.MISSING, read_at=read_at)
     return GroupStatus(
         group_id=group_id,
         state=GroupState(meta["state"]),
@@ -42,14 +47,20 @@ def status_from_meta(group_id: str, meta: dict[str, str]) -> GroupStatus:
         deadline=from_millis(int(meta["deadline"])),
         planned=meta.get("planned") == "1",
         redrives=int(meta.get("redrives", 0)),
+        read_at=read_at,
     )
 
 
 async def status(ctx: FanInContext, group_id: str) -> GroupStatus:
-    """Counts, state and times of a group, read from its own keys."""
+    """Counts, state and times of a group, read from its own keys.
+
+    With Redis's clock at the read, which its age and ``overdue()`` go by.
+    """
     validate_group_id(group_id, longest=LONGEST_DERIVED_ID)
     raw = await ctx.redis.hgetall(GroupKeys(ctx.config.prefix, group_id).meta)
-    return status_from_meta(group_id, {text(k): text(v) for k, v in raw.items()})
+    meta = {text(k): text(v) for k, v in raw.items()}
+    read_at = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
+    return status_from_meta(group_id, meta, read_at=read_at)
 
 
 async def list_groups(
@@ -74,7 +85,9 @@ async def list_groups(
     if now is None:
         now = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     statuses = [
-        status_from_meta(group_id, {text(k): text(v) for k, v in meta.items()})
+        status_from_meta(
+            group_id, {text(k): text(v) for k, v in meta.items()}, read_at=now
+        )
         for group_id, meta in zip(group_ids, metas, strict=True)
     ]
     return [

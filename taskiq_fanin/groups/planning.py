@@ -120,8 +120,10 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
     )
     await ctx.scripts.mark_planned(keys, token=token)
     metrics.GROUPS_PLANNED.inc()
-    if created is Created.CREATED and state == GroupState.CLAIMED.value:
-        # An empty group is complete at once: its continuation runs now.
+    # An empty group is complete at once: its planner (or the same planner
+    # again, after the reply was lost) finalises it now.
+    ours = created is Created.CREATED or token == plan.token
+    if state == GroupState.CLAIMED.value and not plan.members and ours:
         await finalise(ctx, plan.group_id, token, claimant=claimant)
     return Planned(group_id=plan.group_id, created=created is Created.CREATED)
 

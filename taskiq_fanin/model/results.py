@@ -36,7 +36,7 @@ class GroupState(str, enum.Enum):
     CLAIMED = "claimed"
     #: The continuation (or error continuation, or none) has been enqueued.
     DISPATCHED = "dispatched"
-    #: A copy of the continuation is running (it holds the claim key as a lease).
+    #: A copy of the continuation is running (it holds the run lease in the meta).
     RUNNING = "running"
     #: The continuation ran to its end; only a small tombstone is left.
     COMPLETED = "completed"
@@ -107,6 +107,8 @@ class GroupStatus(BaseModel):
     deadline: datetime | None = None
     planned: bool = False
     redrives: int = 0
+    #: Redis's clock when this was read: what its age and ``overdue()`` go by.
+    read_at: datetime | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -115,17 +117,22 @@ class GroupStatus(BaseModel):
         return max(self.total - self.done - self.failed - self.lost, 0)
 
     def age_seconds(self, now: datetime | None = None) -> float | None:
-        """Seconds since the group was created."""
+        """Seconds since the group was created, at ``now`` (default: when read)."""
         if self.created is None:
             return None
-        now = now or datetime.now(timezone.utc)
-        return (now - self.created).total_seconds()
+        return (self._now(now) - self.created).total_seconds()
 
     def overdue(self, now: datetime | None = None) -> bool:
-        """True when the group is still open past its deadline."""
+        """True when the group is still open past its deadline, at ``now``.
+
+        By default, at Redis's clock when the status was read.
+        """
         if self.deadline is None or self.state is not GroupState.OPEN:
             return False
-        return (now or datetime.now(timezone.utc)) > self.deadline
+        return self._now(now) > self.deadline
+
+    def _now(self, now: datetime | None) -> datetime:
+        return now or self.read_at or datetime.now(timezone.utc)
 
 
 def from_millis(value: int | None) -> datetime | None:

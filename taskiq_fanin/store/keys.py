@@ -71,7 +71,11 @@ class GroupKeys:
 
     @property
     def claim(self) -> str:
-        """String: the finaliser's lease, set with NX and an expiry."""
+        """String: the finaliser's lease (who holds it, with an expiry).
+
+        Taken by the member whose outcome completes the group (the state's move
+        is the guard), or by the sweep once it has run out.
+        """
         return self._key("claim")
 
     @cached_property
