@@ -10,7 +10,7 @@ import itertools
 import os
 import secrets
 import socket
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
@@ -60,8 +60,12 @@ class StartChain(Protocol):
         chain_id: str,
         member: MemberRef,
         depth: int,
+        earlier: Sequence[str] = (),
     ) -> Awaitable[object]:
-        """Write the chain's record and kick its first step."""
+        """Write the chain's record and kick its first step.
+
+        ``earlier``: the ids the member's chain had before a re-drive.
+        """
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from taskiq_fanin import (
     GroupResult,
     MemberNotSerializableError,
     Signature,
+    SweepAction,
+    SweepReport,
     cancel,
     chain,
     chain_status,
@@ -60,15 +62,21 @@ async def test_a_group_step_member_that_is_not_json_is_refused_before_any_write(
 async def test_a_result_too_large_for_the_next_group_step_fails_the_step(
     redis_url: str, key_prefix: str
 ) -> None:
-    """The check comes before the chain moves on: it fails, with on_error and its
-    member's outcome, instead of stopping at a step it could never kick."""
+    """The check comes before the chain moves on: it fails, with on_error, its
+    member's outcome and its own compensation (its body did its work), instead
+    of stopping at a step it could never kick."""
     broker, fanin = stream_broker(redis_url, key_prefix, max_member_bytes=1024)
     failures: list[ChainFailure] = []
     results: list[GroupResult] = []
+    refunds: list[int] = []
 
     @broker.task
     async def big() -> str:
         return "x" * 4096
+
+    @broker.task
+    async def refund(amount: int) -> None:
+        refunds.append(amount)
 
     @broker.task
     async def use(text: str) -> int:
@@ -84,13 +92,14 @@ async def test_a_result_too_large_for_the_next_group_step_fails_the_step(
 
     async with worker(broker, max_async_tasks=4):
         member = chain(
-            Signature.of(big),
+            Signature.of(big).with_compensation(Signature.of(refund, 5)),
             group([Signature.of(use)]),
             on_error=Signature.of(on_error),
         )
         await group([member], then=then, group_id="outer").kiq(broker)
         await eventually(lambda: len(results) == 1, what="the outer continuation")
         await eventually(lambda: len(failures) == 1, what="on_error")
+        await eventually(lambda: refunds == [5], what="the step's compensation")
         status = await chain_status(fanin, "outer.0")
 
     assert status.state is ChainState.FAILED
@@ -283,8 +292,11 @@ async def test_the_sweep_finishes_a_cancel_whose_caller_died(
 async def test_the_sweep_records_the_member_of_a_chain_that_ended_unrecorded(
     redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A worker that died between the chain's end and its member's record."""
-    broker, fanin = stream_broker(redis_url, key_prefix, deadline=SHORT)
+    """A worker that died between the chain's end and its member's record: the
+    chain's entry was brought to a lease after its end, and the sweep records it."""
+    broker, fanin = stream_broker(
+        redis_url, key_prefix, deadline=60, finaliser_lease=SHORT
+    )
     results: list[GroupResult] = []
 
     @broker.task
@@ -323,3 +335,122 @@ async def _swept_until_done(fanin: FanInMiddleware, chain_id: str) -> bool:
 async def _swept_until(fanin: FanInMiddleware, results: list[GroupResult]) -> bool:
     await sweep(fanin)
     return bool(results)
+
+
+async def test_a_last_step_undo_lost_with_its_worker_is_started_by_the_sweep(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker of the step that ran through a cancel dies before starting that
+    step's compensation: the record kept it, and the sweep starts it."""
+    broker, fanin = stream_broker(redis_url, key_prefix, deadline=SHORT)
+    journal: list[str] = []
+    release = asyncio.Event()
+
+    @broker.task
+    async def step(name: str) -> str:
+        journal.append(name)
+        await release.wait()
+        return name
+
+    @broker.task
+    async def undo(name: str) -> None:
+        journal.append(f"undo {name}")
+
+    async def dies(*args: Any, **kwargs: Any) -> None:
+        """The record moved; this worker starts nothing more."""
+
+    monkeypatch.setattr(saga, "undo_cancelled_step", dies)
+    async with worker(broker, max_async_tasks=2):
+        handle = await chain(
+            Signature.of(step, "only").with_compensation(Signature.of(undo, "only"))
+        ).kiq(broker)
+        await eventually(lambda: "only" in journal, what="the step to start")
+        assert await cancel(broker, handle.chain_id)
+        release.set()
+        await eventually(
+            lambda: _swept_until_done(fanin, f"{handle.chain_id}.undo0"),
+            what="the sweep to start the step's compensation",
+        )
+        await eventually(lambda: "undo only" in journal, what="the compensation")
+
+    assert journal == ["only", "undo only"]
+
+
+async def test_a_member_whose_chain_record_expired_mid_step_is_still_recorded(
+    redis_url: str, key_prefix: str
+) -> None:
+    """A step whose record is gone still runs (losing it is worse), and then
+    records its member: nothing else could."""
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    release = asyncio.Event()
+    started: list[int] = []
+    results: list[GroupResult] = []
+
+    @broker.task
+    async def slow(value: int) -> int:
+        started.append(value)
+        await release.wait()
+        return value + 1
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    async with worker(broker, max_async_tasks=2):
+        member = chain(Signature.of(slow, 1))
+        await group([member], then=then, group_id="g").kiq(broker)
+        await eventually(lambda: started == [1], what="the step to start")
+        await fanin.context.redis.delete(f"{key_prefix}:{{g.0}}:chain")
+        release.set()
+        await eventually(lambda: len(results) == 1, what="the outer continuation")
+
+    assert results[0].results == [2]
+
+
+async def test_a_redriven_chain_member_that_had_ended_is_recorded_not_rerun(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group's sweep re-drives a chain member whose worker died between the
+    chain's end and the member's record: the ended chain is recorded instead."""
+    broker, fanin = stream_broker(
+        redis_url, key_prefix, deadline=SHORT, sweep_policy="redrive"
+    )
+    runs: list[int] = []
+    results: list[GroupResult] = []
+
+    @broker.task
+    async def double(value: int) -> int:
+        runs.append(value)
+        return value * 2
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    async def dies_first(*args: Any, **kwargs: Any) -> None:
+        """The chain's record moved; the member is never recorded by its worker."""
+
+    monkeypatch.setattr(progress, "end_member", dies_first)
+    async with worker(broker, max_async_tasks=2):
+        member = chain(Signature.of(double, 1), Signature.of(double))
+        await group([member], then=then, group_id="g").kiq(broker)
+        await eventually(lambda: state_is(fanin, "g.0", ChainState.DONE), what="done")
+        reports: list[SweepReport] = []
+
+        async def swept() -> bool:
+            reports.append(await sweep(fanin))
+            return bool(results)
+
+        await eventually(swept, what="the sweep to record it")
+        rerun = await chain_status(fanin, "g.0.r1")
+
+    assert results[0].results == [4]
+    assert runs == [1, 2]  # each step once: the chain did not start over
+    assert rerun.state is ChainState.MISSING
+    redriven = [
+        (f.group_id, f.missing)
+        for report in reports
+        for f in report.findings
+        if f.action is SweepAction.REDRIVE and f.applied
+    ]
+    assert redriven == [("g", [0])]

@@ -38,7 +38,14 @@ from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.replies import Advanced, Begin, Finished, Outcome, Recorded
+from taskiq_fanin.store.replies import (
+    Advanced,
+    Begin,
+    Failed,
+    Finished,
+    Outcome,
+    Recorded,
+)
 
 T = TypeVar("T")
 #: What the runs did, for the summary line (``pytest -s``).
@@ -326,14 +333,15 @@ class ChainLife(Scripted):
         """A delivery of a step reports its end (the same delivery may retry)."""
         delivery = f"{step}-{copy}"
         failure = '{"type":"E","message":"m"}' if failed else ""
+        undo = "" if failed else f'{{"t":"undo{step}"}}'
         last = step == self.steps - 1
         if failed and not self.keep_going:
-            comps = self.run(
+            failed, _ = self.run(
                 self.scripts.fail(
                     self.keys, token="tok", step=step, error=failure, delivery=delivery
                 )
             )
-            if comps is not None:
+            if failed is Failed.FAILING:
                 assert step == self.step or self.moved_by.get(step) == delivery
                 self.moved_by[step] = delivery
         elif last:
@@ -341,6 +349,7 @@ class ChainLife(Scripted):
                 self.scripts.finish(
                     self.keys, token="tok", step=step, failure=failure,
                     delivery=delivery, outcome="done", payload="1",
+                    compensation=undo,
                 )
             )  # fmt: skip
             if finished is Finished.DONE:
@@ -351,7 +360,7 @@ class ChainLife(Scripted):
         else:
             advanced = self.run(
                 self.scripts.advance(
-                    self.keys, token="tok", step=step, compensation="",
+                    self.keys, token="tok", step=step, compensation=undo,
                     ttl_ms=3_600_000, pending="{}", delivery=delivery, failure=failure,
                 )
             )  # fmt: skip
@@ -398,6 +407,9 @@ class ChainLife(Scripted):
         assert step <= self.steps
         if state != "running":
             assert step == self.step or state == "done"
+        if "step_undo" in found:  # kept only for a step that ran through a cancel
+            assert state == "cancelled"
+            assert found["step_undo"] == f'{{"t":"undo{step}"}}'
         if self.lease is not None and step != self.lease[0]:
             self.lease = None
         self.state, self.step = state, step

@@ -549,3 +549,21 @@ async def test_a_dispatch_is_recorded_even_after_the_continuation_completed(
     assert await client.hget(keys.meta, "state") == b"completed"
     assert await client.hget(keys.meta, "dispatched") == b"then"
     assert not await dispatch(scripts, keys)
+
+
+async def test_an_index_entry_is_only_brought_sooner(
+    client: Redis, key_prefix: str
+) -> None:
+    scripts = scripts_on(client)
+    index = f"{key_prefix}:index"
+    assert not await scripts.schedule(index, "c", after_ms=1_000, mode="sooner")
+    assert await client.zscore(index, "c") is None  # no entry: none is made
+    await scripts.schedule(index, "c", after_ms=60_000, mode="set")
+    later = await client.zscore(index, "c")
+    assert not await scripts.schedule(index, "c", after_ms=120_000, mode="sooner")
+    assert await client.zscore(index, "c") == later  # never later
+    assert await scripts.schedule(index, "c", after_ms=1_000, mode="sooner")
+    sooner = await client.zscore(index, "c")
+    assert sooner is not None
+    assert later is not None
+    assert sooner < later

@@ -8,11 +8,13 @@ be a group: its continuation carries the chain on with the ``GroupResult``.
 
 import json
 import secrets
+from collections.abc import Sequence
 from typing import Any, overload
 
 from taskiq_fanin.chains import record, tasks
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
-from taskiq_fanin.context import FanInContext
+from taskiq_fanin.chains.membership import settle_member
+from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.groups import index
 from taskiq_fanin.groups.planning import plan_group
 from taskiq_fanin.groups.validation import (
@@ -23,6 +25,7 @@ from taskiq_fanin.groups.validation import (
 )
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.labels import MemberRef
+from taskiq_fanin.model.results import ChainState
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec, step_name
 
@@ -71,9 +74,25 @@ async def start(
 
 
 async def start_member(
-    ctx: FanInContext, spec: ChainSpec, *, chain_id: str, member: MemberRef, depth: int
+    ctx: FanInContext,
+    spec: ChainSpec,
+    *,
+    chain_id: str,
+    member: MemberRef,
+    depth: int,
+    earlier: Sequence[str] = (),
 ) -> bool:
-    """Start a chain that is member ``member`` of a group (the group engine's port)."""
+    """Start a chain that is member ``member`` of a group (the group engine's port).
+
+    ``earlier``: the ids of the chains the member was before (the sweep re-drives
+    it): one of them that has ended, its member unrecorded (its worker died in
+    between), or cancelled, is recorded instead; it does not start over.
+    """
+    for earlier_id in earlier:
+        found = await ctx.chain_scripts.read(record.keys_of(ctx, earlier_id))
+        if found and found.get("state") != ChainState.RUNNING.value:
+            await settle_member(ctx, found, delivery=new_delivery())
+            return False
     return await start(ctx, spec, chain_id=chain_id, member=member, depth=depth)
 
 
@@ -138,7 +157,9 @@ def _group_plan(
     )
     members = tuple(_with_previous(member, previous) for member in step.members)
     spec = GroupSpec(members=members, options=options, group_id=cursor.step_id)
-    return validate_group(ctx, spec, depth=cursor.depth + 1, token=delivery)
+    return validate_group(
+        ctx, spec, depth=cursor.depth + 1, token=delivery, chain_step=True
+    )
 
 
 @overload

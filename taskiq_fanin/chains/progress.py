@@ -1,5 +1,6 @@
 """A chain step's last attempt ended: carry the chain on, finish it, or fail it."""
 
+import asyncio
 from typing import Any
 
 from taskiq import TaskiqResult
@@ -15,7 +16,7 @@ from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import MemberNotSerializableError, MemberTooLargeError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import GroupSpec
-from taskiq_fanin.store.replies import Advanced, Finished
+from taskiq_fanin.store.replies import Advanced, Failed, Finished
 
 
 async def step_finished(
@@ -38,30 +39,32 @@ async def step_finished(
             else None,
         }
     )
+    # The step's body did its work: undo it should the chain fail or be cancelled.
+    undo = cursor.undo.to_ledger() if cursor.undo and not result.is_err else ""
     if following is not None and not result.is_err:
         result = _unless_unusable(ctx, after, following, result)
     failure = ""
     if result.is_err:
         failure = error_payload(result.error, ctx.config.max_result_bytes)
         if not cursor.keep_going:
-            await _failed(ctx, cursor, result, failure, delivery=delivery)
+            await _failed(ctx, cursor, result, failure, undo, delivery=delivery)
             return
     if following is None:
-        await _finished(ctx, cursor, result, failure, delivery=delivery)
+        await _finished(ctx, cursor, result, failure, undo, delivery=delivery)
         return
     previous = None if result.is_err else result.return_value
     advanced = await ctx.chain_scripts.advance(
         keys_of(ctx, cursor.id),
         token=cursor.token,
         step=cursor.index,
-        compensation=cursor.undo.to_ledger() if cursor.undo and not failure else "",
+        compensation=undo,
         ttl_ms=ms(ctx.config.ttl),
         pending=launch.pending_json(after, following, previous),
         failure=failure,
         delivery=delivery,
     )
     if advanced is Advanced.CANCELLED:
-        await saga.undo_cancelled_step(ctx, cursor, delivery=delivery)
+        await saga.undo_cancelled_step(ctx, cursor, undo=bool(undo), delivery=delivery)
     elif advanced is Advanced.ADVANCED:
         await launch.kick_step(
             ctx, after, following, previous=previous, delivery=delivery
@@ -78,7 +81,8 @@ def _unless_unusable(
 
     Found before the chain moves on: a result that is not JSON, or that makes a
     group step's member too large, fails the step that returned it (with the
-    error saying why), instead of a chain moved on with no step kicked.
+    error saying why; the step's compensation runs with the others), instead of
+    a chain moved on with no step kicked.
     """
     try:
         launch.check_step(ctx, after, following, result.return_value)
@@ -94,23 +98,29 @@ async def _failed(
     cursor: ChainCursor,
     result: TaskiqResult[Any],
     failure: str,
+    undo: str,
     *,
     delivery: str,
 ) -> None:
-    compensations = await ctx.chain_scripts.fail(
+    # Should this worker die before its member is recorded or the chain is
+    # failed, the sweep looks at it once a lease is over, not at its deadline.
+    look = index.reschedule(ctx, cursor.id, ms(ctx.config.lease), chains=True)
+    fail = ctx.chain_scripts.fail(
         keys_of(ctx, cursor.id),
         token=cursor.token,
         step=cursor.index,
         error=failure,
         delivery=delivery,
+        compensation=undo,
     )
-    if compensations is None:
-        return  # a duplicate, or the chain is over: its end was recorded
-    await end_member(ctx, cursor, result, delivery=delivery)
-    # Should this worker die before the chain is failed, the sweep looks at it
-    # once a lease is over, not at its deadline.
-    await index.reschedule(ctx, cursor.id, ms(ctx.config.lease), chains=True)
-    await saga.after_failure(ctx, cursor, failure, compensations)
+    _, (failed, compensations) = await asyncio.gather(look, fail)
+    if failed is Failed.CANCELLED:
+        await saga.undo_cancelled_step(ctx, cursor, undo=bool(undo), delivery=delivery)
+    elif failed is Failed.MISSING:  # expired: no one else will record the member
+        await end_member(ctx, cursor, result, delivery=delivery)
+    elif failed is Failed.FAILING:
+        await end_member(ctx, cursor, result, delivery=delivery)
+        await saga.after_failure(ctx, cursor, failure, compensations)
 
 
 async def _finished(
@@ -118,11 +128,12 @@ async def _finished(
     cursor: ChainCursor,
     result: TaskiqResult[Any],
     failure: str,
+    undo: str,
     *,
     delivery: str,
 ) -> None:
     outcome, payload = kept_outcome(ctx, cursor, result)
-    finished = await ctx.chain_scripts.finish(
+    finish = ctx.chain_scripts.finish(
         keys_of(ctx, cursor.id),
         token=cursor.token,
         step=cursor.index,
@@ -130,8 +141,16 @@ async def _finished(
         failure=failure,
         outcome=outcome,
         payload=payload,
+        compensation=undo,
     )
+    if outcome:
+        # A member is recorded after the chain is done: should this worker die
+        # in between, the sweep records it a lease later (the record keeps it).
+        look = index.look_sooner(ctx, cursor.id, ms(ctx.config.lease), chains=True)
+        _, finished = await asyncio.gather(look, finish)
+    else:
+        finished = await finish
     if finished is Finished.CANCELLED:
-        await saga.undo_cancelled_step(ctx, cursor, delivery=delivery)
-    elif finished is Finished.DONE:
+        await saga.undo_cancelled_step(ctx, cursor, undo=bool(undo), delivery=delivery)
+    elif finished in (Finished.DONE, Finished.MISSING):
         await end_member(ctx, cursor, result, delivery=delivery)

@@ -73,13 +73,24 @@ async def compensate(ctx: FanInContext, undo_id: str, compensations: list[str]) 
 
 
 async def undo_cancelled_step(
-    ctx: FanInContext, cursor: ChainCursor, *, delivery: str
+    ctx: FanInContext, cursor: ChainCursor, *, undo: bool, delivery: str
 ) -> None:
-    """The chain was cancelled while this step ran: its own effect is undone too."""
-    if cursor.undo is not None:
-        undo_id = f"{cursor.id}.undo{cursor.index}"
-        await compensate(ctx, undo_id, [cursor.undo.to_ledger()])
+    """The chain was cancelled while this step ran: its own effect is undone too.
+
+    ``undo``: the step's body did its work (a failed one left nothing to undo).
+    The record keeps that compensation, so that the sweep starts it should this
+    worker die first (the same id: started once).
+    """
+    if undo and cursor.undo is not None:
+        await compensate(
+            ctx, _step_undo_id(cursor.id, cursor.index), [cursor.undo.to_ledger()]
+        )
     await end_member(ctx, cursor, cancelled_result(), delivery=delivery)
+
+
+def _step_undo_id(chain_id: str, step: int) -> str:
+    """The id of the compensation of a step that ran while its chain was cancelled."""
+    return f"{chain_id}.undo{step}"
 
 
 async def cancel(ctx: FanInContext, chain_id: str) -> bool:
@@ -114,6 +125,9 @@ async def _carry_out(ctx: FanInContext, chain_id: str, cancelled: Cancelled) -> 
     """
     await cancel_group(ctx, f"{chain_id}.{cancelled.step}")
     await compensate(ctx, f"{chain_id}.undo", cancelled.compensations)
+    if cancelled.step_undo:
+        undo_id = _step_undo_id(chain_id, cancelled.step)
+        await compensate(ctx, undo_id, [cancelled.step_undo])
     fields = {"state": ChainState.CANCELLED.value, "member": cancelled.member}
     await settle_member(ctx, fields, delivery=new_delivery())
 
@@ -123,14 +137,18 @@ async def skipped(
 ) -> None:
     """Close what a step the guard skipped may leave open, if its chain is over.
 
-    A cancelled chain leaves the group whose continuation the step was. Any
+    A cancelled chain leaves the group whose continuation the step was, and may
+    have a cancel to finish (its caller, or a step's worker, died half-way). Any
     chain over may not have recorded the group member it is, if the worker that
-    ended it died first (recording it again counts it once).
+    ended it died first. Each is done once, however often asked.
     """
     found = await ctx.chain_scripts.read(record.keys_of(ctx, cursor.id))
     state = found.get("state")
     if state is None or state == ChainState.RUNNING.value:
         return
-    if continuation and state == ChainState.CANCELLED.value:
-        await complete_unrun(ctx, cursor.step_id)
-    await settle_member(ctx, found, delivery=delivery)
+    if state == ChainState.CANCELLED.value:
+        if continuation:
+            await complete_unrun(ctx, cursor.step_id)
+        await finish_cancelled(ctx, cursor.id)
+    else:
+        await settle_member(ctx, found, delivery=delivery)

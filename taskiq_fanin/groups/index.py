@@ -36,6 +36,14 @@ async def reschedule(
     await ctx.scripts.schedule(key, item_id, after_ms=after_ms, mode="set")
 
 
+async def look_sooner(
+    ctx: FanInContext, item_id: str, after_ms: int, *, chains: bool = False
+) -> None:
+    """Look at an item ``after_ms`` from now, if it was due later than that."""
+    key = _key(ctx, chains)
+    await ctx.scripts.schedule(key, item_id, after_ms=after_ms, mode="sooner")
+
+
 async def remove(ctx: FanInContext, item_id: str, *, chains: bool = False) -> None:
     """The group (or chain) needs no more sweeping."""
     key = _key(ctx, chains)

@@ -157,7 +157,8 @@ async def dispatch_members(
 
     Kicking a member twice is harmless: its outcome is recorded once. A member
     that is a chain starts under the id ``<group>.<index>`` (``.r<attempt>`` added
-    when the sweep re-drives it: a re-driven chain starts over).
+    when the sweep re-drives it: a re-driven chain starts over, unless one of its
+    earlier chains has ended: that one is recorded instead).
     """
     limit = asyncio.Semaphore(ctx.config.dispatch_concurrency)
     labels = {DEPTH_LABEL: str(depth)}
@@ -168,9 +169,17 @@ async def dispatch_members(
         ref = MemberRef(group_id=group_id, index=index, token=token)
         async with limit:
             if isinstance(member, ChainSpec):
-                chain_id = ref.task_id + (f".r{attempt}" if attempt else "")
+                ids = [
+                    ref.task_id,
+                    *(f"{ref.task_id}.r{n}" for n in range(1, attempt + 1)),
+                ]
                 await ctx.start_chain(
-                    ctx, member, chain_id=chain_id, member=ref, depth=depth + 1
+                    ctx,
+                    member,
+                    chain_id=ids[-1],
+                    member=ref,
+                    depth=depth + 1,
+                    earlier=ids[:-1],
                 )
                 return
             await (

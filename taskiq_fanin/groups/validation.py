@@ -47,12 +47,19 @@ class GroupPlan:
 
 
 def validate_group(
-    ctx: FanInContext, spec: GroupSpec, *, depth: int = 1, token: str | None = None
+    ctx: FanInContext,
+    spec: GroupSpec,
+    *,
+    depth: int = 1,
+    token: str | None = None,
+    chain_step: bool = False,
 ) -> GroupPlan:
     """Check a group and serialize its ledger, raising before anything is written.
 
     ``token``: the group's, when a planner that may retry chose it (planning
-    again with it goes on dispatching); a fresh one otherwise.
+    again with it goes on dispatching); a fresh one otherwise. ``chain_step``:
+    the continuations are the chain's own, carrying the rest of its plan (checked
+    when it started), not held to ``max_member_bytes``.
     """
     _check_group(ctx, spec, depth=depth)
     limit = ctx.config.max_member_bytes
@@ -63,7 +70,8 @@ def validate_group(
     options = spec.options.with_defaults(ctx.config)
     for name, continuation in (("then", options.then), ("on_error", options.on_error)):
         if continuation is not None:
-            _serialized(f"the continuation {name}", continuation, limit)
+            what = f"the continuation {name}"
+            _serialized(what, continuation, None if chain_step else limit)
     longest = LONGEST_ID if depth == 1 else LONGEST_DERIVED_ID
     return GroupPlan(
         group_id=validate_group_id(spec.group_id, longest=longest)

@@ -8,7 +8,14 @@ from typing import Any
 
 from taskiq_fanin.store.keys import ChainKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher, ScriptBatcher
-from taskiq_fanin.store.replies import Advanced, Begin, Cancelled, Finished, flat_hash
+from taskiq_fanin.store.replies import (
+    Advanced,
+    Begin,
+    Cancelled,
+    Failed,
+    Finished,
+    flat_hash,
+)
 from taskiq_fanin.store.scripts import CHAIN_SCRIPT_FILES, RedisClient, register, text
 
 Args = list[str | int]
@@ -75,21 +82,35 @@ class ChainScripts:
         failure: str = "",
         outcome: str = "",
         payload: str = "",
+        compensation: str = "",
     ) -> Finished:
         """Mark the chain done after its last step, once.
 
-        ``outcome`` and ``payload``: the group member's, kept in the record. The
+        ``outcome`` and ``payload``: the group member's, kept in the record;
+        ``compensation``: the step's, kept should the chain be cancelled. The
         same ``delivery`` retrying after a lost reply is told ``DONE`` again.
         """
-        args: Args = [token, step, failure, delivery, outcome, payload]
+        args: Args = [token, step, failure, delivery, outcome, payload, compensation]
         return Finished(await self._call("finish", keys, args))
 
     async def fail(
-        self, keys: ChainKeys, *, token: str, step: int, error: str, delivery: str
-    ) -> list[str] | None:
-        """Record the chain failing at ``step``; its compensations, or None."""
-        reply = await self._call("fail", keys, [token, step, error, delivery])
-        return [text(c) for c in reply[1:]] if reply[0] == 1 else None
+        self,
+        keys: ChainKeys,
+        *,
+        token: str,
+        step: int,
+        error: str,
+        delivery: str,
+        compensation: str = "",
+    ) -> tuple[Failed, list[str]]:
+        """Record the chain failing at ``step``: ``DONE`` with its compensations.
+
+        ``compensation``: the step's own, when its body did its work and only its
+        result could not be used (it is undone with the others).
+        """
+        args: Args = [token, step, error, delivery, compensation]
+        reply = await self._call("fail", keys, args)
+        return Failed(reply[0]), [text(c) for c in reply[1:]]
 
     async def failed(self, keys: ChainKeys, *, token: str) -> bool:
         """A failing chain's error continuation and compensations are kicked."""
@@ -104,7 +125,8 @@ class ChainScripts:
             now=reply[0] == 1,
             step=int(reply[1]),
             member=text(reply[2]),
-            compensations=[text(c) for c in reply[3:]],
+            step_undo=text(reply[3]),
+            compensations=[text(c) for c in reply[4:]],
         )
 
     async def begin_step(

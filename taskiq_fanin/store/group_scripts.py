@@ -204,7 +204,8 @@ class GroupScripts:
     ) -> bool:
         """Put ``item`` in a sweep ``index``, due ``after_ms`` from Redis's now.
 
-        ``mode``: ``nx`` only a new entry, ``xx`` only an existing one, ``set``.
+        ``mode``: ``nx`` only a new entry, ``xx`` only an existing one, ``set``,
+        ``sooner`` only an existing one due later.
         """
         args = [mode, item, after_ms]
         return bool(await self._scripts["schedule"](keys=[index], args=args))

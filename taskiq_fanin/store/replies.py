@@ -61,11 +61,23 @@ class Advanced(enum.IntEnum):
 class Finished(enum.IntEnum):
     """Result of ``finishChain``."""
 
-    #: Not at that step (a duplicate), missing, or over.
+    #: Not at that step (a duplicate), not this token's, or over.
     NOT_NOW = 0
     DONE = 1
-    #: Cancelled while its last step ran.
+    #: Cancelled while the step ran.
     CANCELLED = 3
+    #: The record has expired: nothing else will record the member.
+    MISSING = 4
+
+
+class Failed(enum.IntEnum):
+    """Result of ``failChain``."""
+
+    NOT_NOW = 0
+    #: Failing now: its compensations are handed back.
+    FAILING = 1
+    CANCELLED = 3
+    MISSING = 4
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,8 @@ class Cancelled:
     step: int
     #: The label of the group member the chain is, or ''.
     member: str
+    #: The compensation of the step that ran while it was cancelled, or ''.
+    step_undo: str
     #: The compensations of the steps completed, in step order.
     compensations: list[str]
 

@@ -24,6 +24,11 @@ if record[1] ~= ARGV[1] then
   return 0
 end
 if record[2] == 'cancelled' then
+  -- The step ran while the chain was cancelled: its compensation is kept for
+  -- whoever carries the cancel out again (a crash may stop this worker's).
+  if ARGV[3] ~= '' and tonumber(record[3]) == tonumber(ARGV[2]) then
+    redis.call('HSET', KEYS[1], 'step_undo', ARGV[3])
+  end
   return 3
 end
 if record[2] ~= 'running' then

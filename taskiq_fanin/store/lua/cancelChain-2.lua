@@ -9,12 +9,13 @@
   KEYS[1] record
   KEYS[2] comps
 
-  Returns {1, step, member, compensation, ...} (in step order) when cancelled
-  now, {2, step, member, compensation, ...} when cancelled before, {0} when the
-  chain is missing or ended otherwise. ``member`` is the label of the group
-  member the chain is, or ''.
+  Returns {1, step, member, step undo, compensation, ...} (in step order) when
+  cancelled now, {2, ...} the same when cancelled before, {0} when the chain is
+  missing or ended otherwise. ``member`` is the label of the group member the
+  chain is, or ''; ``step undo`` the compensation of the step that was running,
+  once it has ended, or ''.
 ]]
-local record = redis.call('HMGET', KEYS[1], 'state', 'step', 'member')
+local record = redis.call('HMGET', KEYS[1], 'state', 'step', 'member', 'step_undo')
 local code = 2
 if record[1] == 'running' then
   move(KEYS[1], 'chain', 'running', 'cancelled', 'updated', now_ms())
@@ -23,6 +24,7 @@ elseif record[1] ~= 'cancelled' then
   return {0}
 end
 local reply = redis.call('LRANGE', KEYS[2], 0, -1)
+table.insert(reply, 1, record[4] or '')
 table.insert(reply, 1, record[3] or '')
 table.insert(reply, 1, tonumber(record[2]))
 table.insert(reply, 1, code)

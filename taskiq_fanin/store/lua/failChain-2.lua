@@ -8,17 +8,31 @@
   KEYS[2] comps
 
   ARGV[1] token
-  ARGV[2] step    index of the step that failed
-  ARGV[3] error   JSON error summary
-  ARGV[4] delivery this delivery of the step (random), the same when it retries
+  ARGV[2] step          index of the step that failed
+  ARGV[3] error         JSON error summary
+  ARGV[4] delivery      this delivery of the step (random), the same when it retries
+  ARGV[5] compensation  the step's own compensating signature (JSON), when its
+                        body did its work and only its result could not be used;
+                        else ''
 
   Returns {1, compensation, ...} (in step order) when the chain is failing now,
-  or was made so by this very delivery (its reply was lost); {0} when it was not
-  at that step (a duplicate), missing, not this token's, or over.
+  or was made so by this very delivery (its reply was lost); {3} when it was
+  cancelled while the step ran (its compensation, if any, is kept for the
+  cancel to hand back); {4} when the record is missing (expired); {0} when it
+  was not at that step (a duplicate), not this token's, or over.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by')
+if not record[1] then
+  return {4}
+end
 if record[1] ~= ARGV[1] then
   return {0}
+end
+if record[2] == 'cancelled' then
+  if ARGV[5] ~= '' and tonumber(record[3]) == tonumber(ARGV[2]) then
+    redis.call('HSET', KEYS[1], 'step_undo', ARGV[5])
+  end
+  return {3}
 end
 local again = record[2] == 'failing' and record[4] == ARGV[4]
 if not again and (record[2] ~= 'running'
@@ -28,6 +42,9 @@ end
 if not again then
   move(KEYS[1], 'chain', 'running', 'failing', 'failed_step', ARGV[2],
     'error', ARGV[3], 'updated', now_ms(), 'moved_by', ARGV[4])
+  if ARGV[5] ~= '' then
+    redis.call('RPUSH', KEYS[2], ARGV[5])
+  end
 end
 local reply = redis.call('LRANGE', KEYS[2], 0, -1)
 table.insert(reply, 1, 1)

@@ -13,16 +13,26 @@
                    is, kept for whoever records it should this worker die; ''
                    when the chain is no member
   ARGV[6] payload  that outcome's result or error (JSON), or ''
+  ARGV[7] compensation  the step's compensating signature (JSON), when its body
+                   did its work, or ''
 
   Returns 1 when the chain is done now, or was made so by this very delivery
-  (its reply was lost); 3 when it was cancelled while the step ran; 0 when it
-  was not at that step (a duplicate), missing, not this token's, or over.
+  (its reply was lost); 3 when it was cancelled while the step ran (the step's
+  compensation, if any, is kept for the cancel to hand back); 4 when the record
+  is missing (expired); 0 when it was not at that step (a duplicate), not this
+  token's, or over.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by')
+if not record[1] then
+  return 4
+end
 if record[1] ~= ARGV[1] then
   return 0
 end
 if record[2] == 'cancelled' then
+  if ARGV[7] ~= '' and tonumber(record[3]) == tonumber(ARGV[2]) then
+    redis.call('HSET', KEYS[1], 'step_undo', ARGV[7])
+  end
   return 3
 end
 if record[2] == 'done' and record[4] == ARGV[4] then
