@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from taskiq import AsyncBroker
 
 from taskiq_fanin import (
     ChainFailure,
@@ -297,30 +298,15 @@ async def test_the_sweep_records_the_member_of_a_chain_that_ended_unrecorded(
     broker, fanin = stream_broker(
         redis_url, key_prefix, deadline=60, finaliser_lease=SHORT
     )
-    results: list[GroupResult] = []
-
-    @broker.task
-    async def double(value: int) -> int:
-        return value * 2
-
-    @broker.task
-    async def then(result: GroupResult) -> None:
-        results.append(result)
-
-    async def dies_first(*args: Any, **kwargs: Any) -> None:
-        """The chain's record moved; the member is never recorded by its worker."""
-
-    monkeypatch.setattr(progress, "end_member", dies_first)
+    app = UnrecordedMember(broker, monkeypatch)
     async with worker(broker, max_async_tasks=2):
-        member = chain(Signature.of(double, 1), Signature.of(double))
-        await group([member], then=then, group_id="g").kiq(broker)
-        await eventually(lambda: state_is(fanin, "g.0", ChainState.DONE), what="done")
-        assert results == []
+        await app.run_until_the_chain_is_done(fanin)
+        assert app.results == []
         await eventually(
-            lambda: _swept_until(fanin, results), what="the sweep to record the member"
+            lambda: app.swept_until_recorded(fanin), what="the sweep to record it"
         )
 
-    assert results[0].results == [4]
+    assert app.results[0].results == [4]
 
 
 async def _group_open(fanin: FanInMiddleware, group_id: str) -> bool:
@@ -332,9 +318,40 @@ async def _swept_until_done(fanin: FanInMiddleware, chain_id: str) -> bool:
     return await state_is(fanin, chain_id, ChainState.DONE)
 
 
-async def _swept_until(fanin: FanInMiddleware, results: list[GroupResult]) -> bool:
-    await sweep(fanin)
-    return bool(results)
+class UnrecordedMember:
+    """A group ``g`` of one chain member (double 1, then double it) whose worker
+    dies between the chain's end and its member's record: the chain is done,
+    its member not recorded by its worker."""
+
+    def __init__(self, broker: AsyncBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.broker = broker
+        self.runs: list[int] = []
+        self.results: list[GroupResult] = []
+        self.reports: list[SweepReport] = []
+
+        @broker.task
+        async def double(value: int) -> int:
+            self.runs.append(value)
+            return value * 2
+
+        @broker.task
+        async def then(result: GroupResult) -> None:
+            self.results.append(result)
+
+        async def dies_first(*args: Any, **kwargs: Any) -> None:
+            """The chain's record moved; this worker records nothing more."""
+
+        monkeypatch.setattr(progress, "end_member", dies_first)
+        self.member = chain(Signature.of(double, 1), Signature.of(double))
+        self.then = then
+
+    async def run_until_the_chain_is_done(self, fanin: FanInMiddleware) -> None:
+        await group([self.member], then=self.then, group_id="g").kiq(self.broker)
+        await eventually(lambda: state_is(fanin, "g.0", ChainState.DONE), what="done")
+
+    async def swept_until_recorded(self, fanin: FanInMiddleware) -> bool:
+        self.reports.append(await sweep(fanin))
+        return bool(self.results)
 
 
 async def test_a_last_step_undo_lost_with_its_worker_is_started_by_the_sweep(
@@ -415,37 +432,17 @@ async def test_a_redriven_chain_member_that_had_ended_is_recorded_not_rerun(
     broker, fanin = stream_broker(
         redis_url, key_prefix, deadline=SHORT, sweep_policy="redrive"
     )
-    runs: list[int] = []
-    results: list[GroupResult] = []
-
-    @broker.task
-    async def double(value: int) -> int:
-        runs.append(value)
-        return value * 2
-
-    @broker.task
-    async def then(result: GroupResult) -> None:
-        results.append(result)
-
-    async def dies_first(*args: Any, **kwargs: Any) -> None:
-        """The chain's record moved; the member is never recorded by its worker."""
-
-    monkeypatch.setattr(progress, "end_member", dies_first)
+    app = UnrecordedMember(broker, monkeypatch)
     async with worker(broker, max_async_tasks=2):
-        member = chain(Signature.of(double, 1), Signature.of(double))
-        await group([member], then=then, group_id="g").kiq(broker)
-        await eventually(lambda: state_is(fanin, "g.0", ChainState.DONE), what="done")
-        reports: list[SweepReport] = []
-
-        async def swept() -> bool:
-            reports.append(await sweep(fanin))
-            return bool(results)
-
-        await eventually(swept, what="the sweep to record it")
+        await app.run_until_the_chain_is_done(fanin)
+        await eventually(
+            lambda: app.swept_until_recorded(fanin), what="the sweep to record it"
+        )
         rerun = await chain_status(fanin, "g.0.r1")
+    reports = app.reports
 
-    assert results[0].results == [4]
-    assert runs == [1, 2]  # each step once: the chain did not start over
+    assert app.results[0].results == [4]
+    assert app.runs == [1, 2]  # each step once: the chain did not start over
     assert rerun.state is ChainState.MISSING
     redriven = [
         (f.group_id, f.missing)

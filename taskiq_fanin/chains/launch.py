@@ -103,11 +103,13 @@ async def kick_step(
     *,
     previous: Any,
     delivery: str | None = None,
+    plan: GroupPlan | None = None,
 ) -> None:
     """Enqueue one step: a task with the previous result, or a group.
 
     ``delivery``: of the step that kicks this one, which may retry; a group
-    step planned again under it goes on dispatching its members.
+    step planned again under it goes on dispatching its members. ``plan``: a
+    group step's, when :func:`prepare_step` has made it already.
     """
     label = cursor.label()  # the rest of the plan, serialized once
     if isinstance(step, Signature):
@@ -119,24 +121,32 @@ async def kick_step(
             .kiq(*called.args, **called.kwargs)
         )
         return
-    plan = _group_plan(ctx, cursor, step, previous, label=label, delivery=delivery)
+    if plan is None:
+        plan = _group_plan(ctx, cursor, step, previous, label=label, delivery=delivery)
     await plan_group(ctx, plan)
 
 
-def check_step(
-    ctx: FanInContext, cursor: ChainCursor, step: Signature | GroupSpec, previous: Any
-) -> None:
+def prepare_step(
+    ctx: FanInContext,
+    cursor: ChainCursor,
+    step: Signature | GroupSpec,
+    previous: Any,
+    *,
+    delivery: str,
+) -> GroupPlan | None:
     """Raise the error :func:`kick_step` would meet with this input, kicking nothing.
 
     Asked before the chain moves on to ``step``: a previous result the step
     cannot take (not JSON, or making a group member too large) fails the step
     that returned it, rather than leaving the chain moved on with nothing kicked.
+    A group step's plan, checked, is handed back for the kick to use.
     """
     if isinstance(step, Signature):
         what = f"step {cursor.index} of the chain"
         validate_kick(what, _with_previous(step, previous))
-    else:
-        _group_plan(ctx, cursor, step, previous, label=cursor.label(), delivery=None)
+        return None
+    label = cursor.label()
+    return _group_plan(ctx, cursor, step, previous, label=label, delivery=delivery)
 
 
 def _group_plan(

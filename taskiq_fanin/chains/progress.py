@@ -12,6 +12,7 @@ from taskiq_fanin.chains.record import keys_of
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import index
 from taskiq_fanin.groups.recording import error_payload
+from taskiq_fanin.groups.validation import GroupPlan
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import MemberNotSerializableError, MemberTooLargeError
 from taskiq_fanin.model.signature import Signature
@@ -41,8 +42,9 @@ async def step_finished(
     )
     # The step's body did its work: undo it should the chain fail or be cancelled.
     undo = cursor.undo.to_ledger() if cursor.undo and not result.is_err else ""
+    plan = None
     if following is not None and not result.is_err:
-        result = _unless_unusable(ctx, after, following, result)
+        result, plan = _unless_unusable(ctx, after, following, result, delivery)
     failure = ""
     if result.is_err:
         failure = error_payload(result.error, ctx.config.max_result_bytes)
@@ -67,7 +69,7 @@ async def step_finished(
         await saga.undo_cancelled_step(ctx, cursor, undo=bool(undo), delivery=delivery)
     elif advanced is Advanced.ADVANCED:
         await launch.kick_step(
-            ctx, after, following, previous=previous, delivery=delivery
+            ctx, after, following, previous=previous, delivery=delivery, plan=plan
         )
 
 
@@ -76,8 +78,9 @@ def _unless_unusable(
     after: ChainCursor,
     following: Signature | GroupSpec,
     result: TaskiqResult[Any],
-) -> TaskiqResult[Any]:
-    """``result``, or a failure if the next step cannot take it.
+    delivery: str,
+) -> tuple[TaskiqResult[Any], GroupPlan | None]:
+    """``result``, or a failure if the next step cannot take it; a group step's plan.
 
     Found before the chain moves on: a result that is not JSON, or that makes a
     group step's member too large, fails the step that returned it (with the
@@ -85,12 +88,13 @@ def _unless_unusable(
     a chain moved on with no step kicked.
     """
     try:
-        launch.check_step(ctx, after, following, result.return_value)
-    except (MemberNotSerializableError, MemberTooLargeError) as unusable:
-        return result.model_copy(
-            update={"is_err": True, "return_value": None, "error": unusable}
+        plan = launch.prepare_step(
+            ctx, after, following, result.return_value, delivery=delivery
         )
-    return result
+    except (MemberNotSerializableError, MemberTooLargeError) as unusable:
+        failed = {"is_err": True, "return_value": None, "error": unusable}
+        return result.model_copy(update=failed), None
+    return result, plan
 
 
 async def _failed(
