@@ -42,7 +42,7 @@ from taskiq_fanin.store.client import connect
 from taskiq_fanin.store.outcome_batching import OutcomeBatching
 from taskiq_fanin.store.replies import Begin
 from taskiq_fanin.store.scripts import RedisClient
-from taskiq_fanin.worker import guard, skipping
+from taskiq_fanin.worker import ending, guard, skipping
 from taskiq_fanin.worker.leases import RunLeases
 from taskiq_fanin.worker.recording import Recording
 from taskiq_fanin.worker.retrying import retrying
@@ -193,6 +193,7 @@ class FanInMiddleware(TaskiqMiddleware):
         ctx = self._context
         if ctx is None:
             return message
+        ending.began(message)
         current_run.set((ctx, message))
         ctx.outcomes.member_started(message)
         if not guard.applies(message.labels):
@@ -216,18 +217,33 @@ class FanInMiddleware(TaskiqMiddleware):
             self._leases.keep(message, verdict.leases, every=ctx.config.lease / 3)
         return message
 
+    def on_error(
+        self,
+        message: TaskiqMessage,
+        result: TaskiqResult[Any],
+        exception: BaseException,
+    ) -> None:
+        """Remember what the body raised: its own ``NoResultError`` is no retry's.
+
+        ``exception`` is the body's, whether the retry middleware's hook has
+        replaced ``result.error`` yet or not (``worker/ending.py``).
+        """
+        ending.body_raised(exception)
+
     async def post_execute(
         self, message: TaskiqMessage, result: TaskiqResult[Any]
     ) -> None:
         """Record a member's final outcome; carry a chain on; complete a continuation.
 
-        An attempt the retry middleware will repeat carries ``NoResultError`` and
-        records nothing: only the last attempt counts. While Redis is away this
-        retries; if it still cannot record, it raises and the message stays
-        unacknowledged to come back (recording is idempotent).
+        An attempt the retry middleware will repeat carries a fresh
+        ``NoResultError`` and records nothing: only the last attempt counts. A
+        body that raised ``NoResultError`` itself succeeded with ``None``. While
+        Redis is away this retries; if it still cannot record, it raises and the
+        message stays unacknowledged to come back (recording is idempotent).
         """
         current_run.set(None)
         skipped = skipping.reset_skip()
+        raised = ending.take_raised()
         self._leases.end(message)
         ctx = self._context
         if ctx is None:
@@ -235,7 +251,8 @@ class FanInMiddleware(TaskiqMiddleware):
         member = ctx.outcomes.member_finishing(message)
         if member is None and not Recording.applies(message.labels):
             return  # a plain task: nothing to record
-        recording = Recording(ctx, message, result, member, skipped=skipped)
+        ended, counted = ending.ended(message, result, skipped=skipped, raised=raised)
+        recording = Recording(ctx, message, counted, member, ending=ended)
         try:
             await retrying(
                 recording.run,

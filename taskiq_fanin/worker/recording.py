@@ -6,7 +6,7 @@ part once, even when the whole is retried after Redis was away.
 
 from typing import Any
 
-from taskiq import NoResultError, TaskiqMessage, TaskiqResult
+from taskiq import TaskiqMessage, TaskiqResult
 
 from taskiq_fanin.chains import progress, record
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
@@ -19,6 +19,7 @@ from taskiq_fanin.model.labels import (
     MemberRef,
     attempt_of,
 )
+from taskiq_fanin.worker.ending import Ending
 
 
 class Recording:
@@ -35,11 +36,11 @@ class Recording:
         result: TaskiqResult[Any],
         member: MemberRef | None,
         *,
-        skipped: bool,
+        ending: Ending,
     ) -> None:
         self.ctx, self.message, self.result = ctx, message, result
         self.member = member
-        self.skipped = skipped
+        self.ending = ending
         self.delivery = new_delivery()
         self.done: set[str] = set()
 
@@ -54,14 +55,15 @@ class Recording:
         ref = ContinuationRef.from_labels(labels)
         cursor = ChainCursor.from_labels(labels)
         attempt = attempt_of(labels)
-        if isinstance(self.result.error, NoResultError):
-            if not self.skipped:
-                # Its retry is on the way (it takes the lease over if it starts
-                # first); a redelivery of this attempt may run once released.
-                if ref is not None:
-                    await continuation.release(ctx, ref, attempt=attempt)
-                if cursor is not None:
-                    await record.release_step(ctx, cursor, attempt=attempt)
+        if self.ending is Ending.SKIPPED:
+            return
+        if self.ending is Ending.REPEATED:
+            # Its retry is on the way (it takes the lease over if it starts
+            # first); a redelivery of this attempt may run once released.
+            if ref is not None:
+                await continuation.release(ctx, ref, attempt=attempt)
+            if cursor is not None:
+                await record.release_step(ctx, cursor, attempt=attempt)
             return
         if self.member is not None and "member" not in self.done:
             await record_member(ctx, self.member, self.result, delivery=delivery)

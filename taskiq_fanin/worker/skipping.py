@@ -3,7 +3,8 @@
 taskiq has no way for a middleware to skip a task, so a message whose body must
 not run is skipped by a thin wrapper around the task's function, installed the
 first time it is needed. The wrapper raises ``NoResultError``, which taskiq
-treats as "ran, store nothing", and the retry middlewares ignore.
+treats as "ran, store nothing", and the retry middlewares ignore; recording
+knows the body was skipped from the flag, not from the error (``ending.py``).
 """
 
 import functools
