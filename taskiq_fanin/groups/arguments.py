@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from taskiq import AsyncBroker
 from taskiq.decor import AsyncTaskiqDecoratedTask
 from taskiq_dependencies.dependency import Dependency
 
@@ -65,17 +64,18 @@ _PARAMETERS: "WeakKeyDictionary[Callable[..., Any], _Parameters | None]" = (
 
 
 def check_arguments(
-    broker: AsyncBroker, what: str, sig: Signature, *, receives: str | None = None
+    task: AsyncTaskiqDecoratedTask[Any, Any],
+    what: str,
+    sig: Signature,
+    *,
+    receives: str | None = None,
 ) -> None:
-    """Raise :class:`ArgumentsMismatchError` if ``sig`` cannot call its task.
+    """Raise :class:`ArgumentsMismatchError` if ``sig`` cannot call ``task``.
 
-    ``receives``: what the library passes first (``the GroupResult``), if
-    anything. A task the broker does not know, or whose signature Python cannot
-    read, is not checked here.
+    ``task``: the planner's broker's, found by ``sig.task_name``. ``receives``:
+    what the library passes first (``the GroupResult``), if anything. A task
+    whose signature Python cannot read is not checked.
     """
-    task = broker.find_task(sig.task_name)
-    if task is None:
-        return
     parameters = _parameters_of(task)
     if parameters is None:
         return

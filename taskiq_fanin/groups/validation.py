@@ -222,11 +222,14 @@ def _check_task(
     ctx: FanInContext, what: str, sig: Signature, receives: str | None, *, bind: bool
 ) -> None:
     """The broker knows the task (and its compensation's); its arguments fit it."""
-    for needed in (sig, sig.compensation):
-        if needed is not None and not ctx.knows_task(needed.task_name):
-            raise UnknownTaskError(task_name=needed.task_name)
+    task = ctx.broker.find_task(sig.task_name)
+    if task is None:
+        raise UnknownTaskError(task_name=sig.task_name)
+    undo = sig.compensation
+    if undo is not None and not ctx.knows_task(undo.task_name):
+        raise UnknownTaskError(task_name=undo.task_name)
     if bind:
-        check_arguments(ctx.broker, what, sig, receives=receives)
+        check_arguments(task, what, sig, receives=receives)
 
 
 def _serialized(what: str, member: Signature | ChainSpec, limit: int | None) -> str:
