@@ -22,6 +22,7 @@ from taskiq_fanin import (
 )
 from taskiq_fanin.groups.validation import validate_chain, validate_group
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
+from taskiq_fanin.worker.skipping import _guarded
 
 broker = InMemoryBroker()
 
@@ -243,3 +244,17 @@ def test_a_bare_task_is_named_by_its_public_name() -> None:
     message = str(raised.value)
     assert "Signature.of(resize, ...)" in message
     assert "taskiq_original" not in message
+
+
+@broker.task
+async def guarded(photo: int) -> None:
+    return None
+
+
+async def test_a_task_whose_function_the_skip_guard_wrapped_is_still_bound(
+    fanin: FanInMiddleware,
+) -> None:
+    guarded.original_func = _guarded(guarded.original_func)
+    validate_group(fanin.context, group([Signature.of(guarded, 1)]))
+    with pytest.raises(ArgumentsMismatchError, match=r"The task is guarded\(photo\)$"):
+        await group([Signature.of(guarded, 1, 2)]).kiq(broker)
