@@ -16,6 +16,7 @@ from taskiq_fanin.api.group_task import group_task
 from taskiq_fanin.api.groups import Group, GroupHandle, group, group_handle
 from taskiq_fanin.api.sweeping import SWEEP_TASK_NAME, register_sweep_task, sweep
 from taskiq_fanin.model.errors import (
+    ArgumentsMismatchError,
     FanInError,
     GroupStepFailedError,
     GroupTaskOrderError,
@@ -28,6 +29,7 @@ from taskiq_fanin.model.errors import (
     MemberTooLargeError,
     MiddlewareNotFoundError,
     NestingTooDeepError,
+    NotATaskError,
     UnknownTaskError,
 )
 from taskiq_fanin.model.options import GroupOptions
@@ -49,6 +51,7 @@ from taskiq_fanin.worker.middleware import FanInMiddleware
 
 __all__ = [
     "SWEEP_TASK_NAME",
+    "ArgumentsMismatchError",
     "Chain",
     "ChainFailure",
     "ChainHandle",
@@ -77,6 +80,7 @@ __all__ = [
     "MemberTooLargeError",
     "MiddlewareNotFoundError",
     "NestingTooDeepError",
+    "NotATaskError",
     "OutcomeBatching",
     "Signature",
     "SweepAction",

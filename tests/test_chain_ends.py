@@ -44,8 +44,8 @@ async def test_a_group_step_member_that_is_not_json_is_refused_before_any_write(
     broker, fanin = stream_broker(redis_url, key_prefix, sent)
 
     @broker.task
-    async def leaf(value: Any) -> None:
-        """Never runs."""
+    async def leaf(value: Any, extra: Any = None) -> None:
+        """Never runs (as a group step's member, it gets the previous result first)."""
 
     await broker.startup()
     try:

@@ -2,13 +2,14 @@
 
 from taskiq.decor import AsyncTaskiqDecoratedTask
 
+from taskiq_fanin.groups.arguments import public_name
 from taskiq_fanin.model.errors import InvalidGroupError
 
 
 def wrong_kind(what: str, value: object, expected: str) -> InvalidGroupError:
     """``member 2 is ... , not a Signature``, with what to write instead."""
     if isinstance(value, AsyncTaskiqDecoratedTask):
-        name = getattr(value.original_func, "__name__", "task")
+        name = public_name(value)
         return InvalidGroupError(
             reason=f"{what} is the task {value.task_name!r} itself, not {expected}: "
             f"give it its arguments with Signature.of({name}, ...)"

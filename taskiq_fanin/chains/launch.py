@@ -40,9 +40,14 @@ async def start(
     chain_id: str,
     member: MemberRef | None = None,
     depth: int = 1,
+    checked: bool = False,
 ) -> bool:
-    """Write the chain's record and kick its first step; False if it existed."""
-    validate_chain(ctx, spec, depth=depth)
+    """Write the chain's record and kick its first step; False if it existed.
+
+    ``checked``: the library starts a plan it checked already (a group's chain
+    member, compensations): see :func:`validate_chain`.
+    """
+    validate_chain(ctx, spec, depth=depth, checked=checked)
     first = spec.steps[0]
     cursor = ChainCursor(
         id=chain_id,
@@ -93,7 +98,9 @@ async def start_member(
         if found and found.get("state") != ChainState.RUNNING.value:
             await settle_member(ctx, found, delivery=new_delivery())
             return False
-    return await start(ctx, spec, chain_id=chain_id, member=member, depth=depth)
+    return await start(
+        ctx, spec, chain_id=chain_id, member=member, depth=depth, checked=True
+    )
 
 
 async def kick_step(

@@ -64,12 +64,13 @@ async def compensate(ctx: FanInContext, undo_id: str, compensations: list[str]) 
     """Run the compensations, last completed step first, as a chain of their own.
 
     It goes on past a compensation that fails for good: each is attempted once.
+    Each was checked with its step when the chain started.
     """
     if not compensations:
         return
     steps = [Signature.from_ledger(raw).immutable() for raw in reversed(compensations)]
     spec = ChainSpec(steps=tuple(steps), keep_going=True)
-    await launch.start(ctx, spec, chain_id=undo_id)
+    await launch.start(ctx, spec, chain_id=undo_id, checked=True)
 
 
 async def undo_cancelled_step(

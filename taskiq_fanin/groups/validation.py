@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pydantic_core import PydanticSerializationError
 
 from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups.arguments import check_arguments
 from taskiq_fanin.model.errors import (
     GroupTooWideError,
     InvalidGroupError,
@@ -85,41 +86,85 @@ def validate_group(
     )
 
 
-def validate_chain(ctx: FanInContext, spec: ChainSpec, *, depth: int) -> None:
-    """Check a chain before anything is written: steps, tasks, nesting depth."""
+def validate_chain(
+    ctx: FanInContext,
+    spec: ChainSpec,
+    *,
+    depth: int,
+    after_previous: bool = False,
+    checked: bool = False,
+    within: str = "",
+) -> None:
+    """Check a chain before anything is written: steps, tasks, arguments, sizes.
+
+    Every step, its compensation and ``on_error`` fit ``max_member_bytes``, and
+    so does the plan as a whole: it travels in every message's chain label.
+    ``after_previous``: the chain is a member of a group step that comes after
+    a previous step, so its first step receives that result. ``checked``: the
+    library starts it from a plan checked when its own chain or group started
+    (compensations, a group's chain member): its arguments are not bound or
+    measured again, so that an undo still runs after its task changed.
+    ``within``: where the chain sits, for the errors (`` in member 3``).
+    """
     if depth > ctx.config.max_depth:
         raise NestingTooDeepError(depth=depth, maximum=ctx.config.max_depth)
     if not spec.steps:
         raise InvalidGroupError(reason="a chain needs at least one step")
+    limit = None if checked else ctx.config.max_member_bytes
     for index, step in enumerate(spec.steps):
         if isinstance(step, GroupSpec):
-            set_here = (step.options.then, step.options.on_error, step.group_id)
-            if any(value is not None for value in set_here):
-                raise InvalidGroupError(
-                    reason=f"step {index}, a group inside a chain, takes no then, "
-                    "on_error or group_id: the next step is its continuation"
-                )
-            _check_group(ctx, step, depth=depth + 1)
-        else:
-            _known(ctx, step)
-    if spec.on_error is not None:
-        _known(ctx, spec.on_error)
-    _serialize_chain(spec, ctx.config.max_member_bytes)
-
-
-def _serialize_chain(spec: ChainSpec, limit: int) -> None:
-    """Every argument serializes, now: the plan travels as JSON.
-
-    A group step's members fit the ledger too (before a previous result joins).
-    """
-    for index, step in enumerate(spec.steps):
-        if isinstance(step, Signature):
-            _serialized(f"step {index} of the chain", step, None)
+            _check_group_step(
+                ctx, step, index, depth=depth, checked=checked, within=within
+            )
             continue
-        for number, member in enumerate(step.members):
-            _serialized(f"member {number} of step {index}", member, limit)
+        what = f"step {index} of the chain{within}"
+        receives = (index > 0 or after_previous) and step.pass_result
+        _check_task(ctx, what, step, PREVIOUS if receives else None, bind=not checked)
+        if step.compensation is not None:
+            undo = f"the compensation of step {index}{within}"
+            _check_task(ctx, undo, step.compensation, None, bind=not checked)
+            _serialized(undo, step.compensation, limit)
+        _serialized(what, step, limit)
     if spec.on_error is not None:
-        _serialized("the chain's on_error", spec.on_error, None)
+        what = f"the chain's on_error{within}"
+        _check_task(ctx, what, spec.on_error, "a ChainFailure", bind=not checked)
+        _serialized(what, spec.on_error, limit)
+    _serialized(f"the chain's plan{within}", spec, limit)
+
+
+def _check_group_step(
+    ctx: FanInContext,
+    step: GroupSpec,
+    index: int,
+    *,
+    depth: int,
+    checked: bool,
+    within: str,
+) -> None:
+    """A group as step ``index``: no options of its own; members fit the ledger.
+
+    Its members receive the previous step's result, unless it is the first step
+    (a chain member's first step that is a group receives none either).
+    """
+    set_here = (step.options.then, step.options.on_error, step.group_id)
+    if any(value is not None for value in set_here):
+        raise InvalidGroupError(
+            reason=f"step {index}, a group inside a chain, takes no then, "
+            "on_error or group_id: the next step is its continuation"
+        )
+    where = f" of step {index}{within}"
+    _check_group(
+        ctx,
+        step,
+        depth=depth + 1,
+        after_previous=index > 0,
+        bind=not checked,
+        within=where,
+    )
+    # Before a previous result joins: the kick checks the members again with it.
+    limit = ctx.config.max_member_bytes
+    for number, member in enumerate(step.members):
+        _serialized(f"member {number}{where}", member, limit)
 
 
 def validate_kick(what: str, step: Signature) -> None:
@@ -127,26 +172,64 @@ def validate_kick(what: str, step: Signature) -> None:
     _serialized(what, step, None)
 
 
-def _check_group(ctx: FanInContext, spec: GroupSpec, *, depth: int) -> None:
+#: What a chain step after the first receives before its own arguments.
+PREVIOUS = "the previous step's result (Signature.immutable() opts out)"
+
+
+def _check_group(
+    ctx: FanInContext,
+    spec: GroupSpec,
+    *,
+    depth: int,
+    after_previous: bool = False,
+    bind: bool = True,
+    within: str = "",
+) -> None:
+    """Width, depth, tasks and arguments of a group's members and continuations.
+
+    ``after_previous``: the group is a chain step after a previous one, whose
+    result its members receive first.
+    """
     config = ctx.config
     if depth > config.max_depth:
         raise NestingTooDeepError(depth=depth, maximum=config.max_depth)
     if len(spec.members) > config.max_group_size:
         raise GroupTooWideError(size=len(spec.members), maximum=config.max_group_size)
-    for member in spec.members:
+    for number, member in enumerate(spec.members):
+        what = f"member {number}{within}"
         if isinstance(member, ChainSpec):
-            validate_chain(ctx, member, depth=depth + 1)
+            validate_chain(
+                ctx,
+                member,
+                depth=depth + 1,
+                after_previous=after_previous,
+                checked=not bind,
+                within=f" in {what}",
+            )
         else:
-            _known(ctx, member)
-    for continuation in (spec.options.then, spec.options.on_error):
+            receives = PREVIOUS if after_previous and member.pass_result else None
+            _check_task(ctx, what, member, receives, bind=bind)
+    for name, continuation in (
+        ("then", spec.options.then),
+        ("on_error", spec.options.on_error),
+    ):
         if continuation is not None:
-            _known(ctx, continuation)
+            what = f"the continuation {name}{within}"
+            _check_task(ctx, what, continuation, "the GroupResult", bind=bind)
 
 
-def _known(ctx: FanInContext, sig: Signature) -> None:
-    for needed in (sig, sig.compensation):
-        if needed is not None and not ctx.knows_task(needed.task_name):
-            raise UnknownTaskError(task_name=needed.task_name)
+def _check_task(
+    ctx: FanInContext, what: str, sig: Signature, receives: str | None, *, bind: bool
+) -> None:
+    """The broker knows the task (and its compensation's); its arguments fit it."""
+    task = ctx.broker.find_task(sig.task_name)
+    if task is None:
+        raise UnknownTaskError(task_name=sig.task_name)
+    undo = sig.compensation
+    if undo is not None and not ctx.knows_task(undo.task_name):
+        raise UnknownTaskError(task_name=undo.task_name)
+    if bind:
+        check_arguments(task, what, sig, receives=receives)
 
 
 def _serialized(what: str, member: Signature | ChainSpec, limit: int | None) -> str:

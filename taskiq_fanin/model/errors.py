@@ -81,6 +81,32 @@ class MemberTooLargeError(FanInError, ValueError):
     maximum: int
 
 
+class ArgumentsMismatchError(FanInError, TypeError):
+    """A signature's arguments do not fit its task: the worker would refuse them."""
+
+    __template__ = (
+        "{what} ({task_name}) cannot take its arguments: {reason}. The task is "
+        "{signature}{receives}"
+    )
+    #: Which: ``member 3``, ``the continuation then``, ``step 2 of the chain``...
+    what: str
+    task_name: str
+    #: Python's own words: ``missing a required argument: 'x'``, ...
+    reason: str
+    #: The task's parameters as ``name(a, b, *, c=1)``, without taskiq's injected ones.
+    signature: str
+    #: What the library passes before the given arguments, if anything.
+    receives: str = ""
+
+
+class NotATaskError(FanInError, TypeError):
+    """``Signature.of`` given something that is neither a taskiq task nor a name."""
+
+    __template__ = "{given}, not a taskiq task or a task name: {fix}"
+    given: str
+    fix: str
+
+
 class UnknownTaskError(FanInError, LookupError):
     """A signature names a task the broker does not know."""
 

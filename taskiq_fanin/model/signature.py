@@ -7,6 +7,8 @@ from taskiq import AsyncBroker
 from taskiq.decor import AsyncTaskiqDecoratedTask
 from taskiq.kicker import AsyncKicker
 
+from taskiq_fanin.model.errors import NotATaskError, shown
+
 TaskRef = AsyncTaskiqDecoratedTask[Any, Any] | str
 
 
@@ -31,10 +33,16 @@ class Signature(BaseModel):
 
     @classmethod
     def of(cls, task: TaskRef, /, *args: Any, **kwargs: Any) -> "Signature":
-        """Signature of ``task(*args, **kwargs)``; ``task`` is a task or its name."""
+        """Signature of ``task(*args, **kwargs)``; ``task`` is a task or its name.
+
+        The arguments are bound against the task's signature when the group or
+        chain is kicked, not here: a task given by name is looked up then.
+        """
         if isinstance(task, str):
             return cls(task_name=task, args=args, kwargs=kwargs)
-        return cls(task_name=task.task_name, args=args, kwargs=kwargs)
+        if isinstance(task, AsyncTaskiqDecoratedTask):
+            return cls(task_name=task.task_name, args=args, kwargs=kwargs)
+        raise _not_a_task(task)
 
     def with_labels(self, **labels: Any) -> "Signature":
         """A copy with extra taskiq labels (``retry_on_error``, ``timeout``, ...)."""
@@ -70,6 +78,22 @@ class Signature(BaseModel):
     def from_ledger(cls, data: str | bytes) -> "Signature":
         """Inverse of :meth:`to_ledger`."""
         return cls.model_validate_json(data)
+
+
+def _not_a_task(value: object) -> NotATaskError:
+    """What ``Signature.of`` says when given neither a task nor a task name."""
+    name = getattr(value, "__name__", None)
+    if callable(value) and isinstance(name, str) and name.isidentifier():
+        return NotATaskError(
+            given=f"{name} is a plain function",
+            fix=f"decorate it with @broker.task, then use Signature.of({name}, ...)",
+        )
+    kind = type(value).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    return NotATaskError(
+        given=f"Signature.of was given {article} {kind}, {shown(value)}",
+        fix="give it a task decorated with @broker.task, or a task's name",
+    )
 
 
 def signature(task: TaskRef, /, *args: Any, **kwargs: Any) -> Signature:
