@@ -107,7 +107,7 @@ async def record_outcome(
             ref.index,
             outcome.value,
         )
-    if recorded in (Recorded.RECORDED, Recorded.CLAIMED):
+    if recorded in (Recorded.RECORDED, Recorded.CLAIMED, Recorded.COUNTED_CANCELLED):
         metrics.member_recorded(outcome.value)
     if recorded is Recorded.CLAIMED:
         claimed = time.monotonic()
