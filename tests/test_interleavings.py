@@ -149,7 +149,8 @@ class GroupLife(Scripted):
             self.terminal.setdefault(index, outcome.value)
         if code is Recorded.COUNTED_CANCELLED:
             # Ran through a cancel: counted, and nothing claimed or moved.
-            assert self.state == "cancelled" and collected is None
+            assert self.state == "cancelled"
+            assert collected is None
             assert index not in self.terminal
             self.terminal[index] = outcome.value
         if code is Recorded.CLAIMED:
