@@ -5,6 +5,7 @@ a failed step. Its transitions are scripts (``ChainScripts``).
 """
 
 import json
+from datetime import datetime, timezone
 
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import FanInContext
@@ -25,11 +26,15 @@ def keys_of(ctx: FanInContext, chain_id: str) -> ChainKeys:
 
 
 async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
-    """Current step, state, times and error of a chain, from its record."""
+    """Current step, state, times and error of a chain, from its record.
+
+    With Redis's clock at the read, which its age goes by while it runs.
+    """
     validate_group_id(chain_id, longest=LONGEST_DERIVED_ID)
     record = await ctx.chain_scripts.read(keys_of(ctx, chain_id))
+    read_at = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     if not record:
-        return ChainStatus(chain_id=chain_id, state=ChainState.MISSING)
+        return ChainStatus(chain_id=chain_id, state=ChainState.MISSING, read_at=read_at)
     return ChainStatus(
         chain_id=chain_id,
         state=ChainState(record["state"]),
@@ -38,6 +43,7 @@ async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
         step_names=[str(name) for name in json.loads(record["names"])],
         started=from_millis(int(record["started"])),
         updated=from_millis(int(record["updated"])),
+        finished=from_millis(int(record["finished"])) if "finished" in record else None,
         failed_step=int(record["failed_step"]) if "failed_step" in record else None,
         error=MemberError.model_validate_json(record["error"])
         if "error" in record
@@ -47,6 +53,7 @@ async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
             for field, value in record.items()
             if field.startswith("failure:")
         },
+        read_at=read_at,
     )
 
 

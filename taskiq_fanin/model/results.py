@@ -105,6 +105,10 @@ class GroupStatus(BaseModel):
     sweep_policy: SweepPolicy | None = None
     created: datetime | None = None
     deadline: datetime | None = None
+    #: When the group reached its end: its continuation completed (or none was
+    #: to run), or it was cancelled. ``None`` while it runs (and in a record
+    #: written before finish times were kept).
+    finished: datetime | None = None
     planned: bool = False
     redrives: int = 0
     #: Redis's clock when this was read: what its age and ``overdue()`` go by.
@@ -117,10 +121,13 @@ class GroupStatus(BaseModel):
         return max(self.total - self.done - self.failed - self.lost, 0)
 
     def age_seconds(self, now: datetime | None = None) -> float | None:
-        """Seconds since the group was created, at ``now`` (default: when read)."""
+        """Seconds since creation, at ``now`` (default: when read).
+
+        A finished group ages no more: its age is creation to finish.
+        """
         if self.created is None:
             return None
-        return (self._now(now) - self.created).total_seconds()
+        return ((self.finished or self._now(now)) - self.created).total_seconds()
 
     def overdue(self, now: datetime | None = None) -> bool:
         """True when the group is still open past its deadline, at ``now``.
@@ -166,12 +173,28 @@ class ChainStatus(BaseModel):
     step_names: list[str] = Field(default_factory=list)
     started: datetime | None = None
     updated: datetime | None = None
+    #: When the chain ended: done, failed (its error continuation and
+    #: compensations kicked) or cancelled. ``None`` while it runs or is failing
+    #: (and in a record written before finish times were kept).
+    finished: datetime | None = None
     failed_step: int | None = None
     #: Why the chain failed: the failed step's error.
     error: MemberError | None = None
     #: In a chain that keeps going past failures (compensations): each failed
     #: step's error, by step index.
     failures: dict[int, MemberError] = Field(default_factory=dict)
+    #: Redis's clock when this was read: what its age goes by while it runs.
+    read_at: datetime | None = None
+
+    def age_seconds(self, now: datetime | None = None) -> float | None:
+        """Seconds since the start, at ``now`` (default: when read).
+
+        A finished chain ages no more: its age is start to finish.
+        """
+        if self.started is None:
+            return None
+        end = self.finished or now or self.read_at or datetime.now(timezone.utc)
+        return (end - self.started).total_seconds()
 
     @property
     def current(self) -> str | None:
