@@ -11,10 +11,12 @@ from redis.asyncio import Redis
 from taskiq import AsyncBroker
 
 from taskiq_fanin import (
+    ChainFailure,
     ChainState,
     GroupResult,
     GroupState,
     GroupStatus,
+    MemberError,
     Signature,
     cancel,
     chain,
@@ -211,3 +213,88 @@ async def _state_is(broker: AsyncBroker, group_id: str, state: GroupState) -> bo
 
 async def _chain_is(broker: AsyncBroker, chain_id: str, state: ChainState) -> bool:
     return (await chain_status(broker, chain_id)).state is state
+
+
+async def test_a_chain_failed_by_its_group_step_names_each_failed_member(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, _ = stream_broker(redis_url, key_prefix, sent)
+    failures: list[ChainFailure] = []
+
+    @broker.task
+    async def probe(video: str) -> int:
+        return len(video)
+
+    @broker.task
+    async def transcode(size: int, rendition: str) -> str:
+        if rendition == "720p":
+            raise ValueError("bad frame at 00:42")
+        if rendition == "480p":
+            raise KeyError("codec")
+        return f"{size}@{rendition}"
+
+    @broker.task
+    async def publish(result: GroupResult) -> None: ...
+
+    @broker.task
+    async def report(failure: ChainFailure, video: str) -> None:
+        failures.append(failure)
+
+    async with worker(broker, max_async_tasks=4):
+        handle = await chain(
+            Signature.of(probe, "video"),
+            group(
+                [Signature.of(transcode, r) for r in ("1080p", "720p", "480p")],
+                failure_policy="fail",
+            ),
+            Signature.of(publish),
+            on_error=Signature.of(report, "video"),
+        ).kiq(broker)
+        await eventually(lambda: len(failures) == 1, what="the error continuation")
+        await eventually(
+            lambda: _chain_is(broker, handle.chain_id, ChainState.FAILED),
+            what="the chain to fail",
+        )
+        found = await handle.status()
+
+    failure = failures[0]
+    assert failure.step == 1
+    assert failure.error.type == "GroupStepFailedError"
+    assert failure.members == {
+        1: MemberError(type="ValueError", message="bad frame at 00:42"),
+        2: MemberError(type="KeyError", message="'codec'"),
+    }
+    assert failure.lost == []
+    assert found.failed_step == 1
+    assert found.failed_members == failure.members
+    assert found.lost_members == []
+    assert sent.executions_of(publish.task_name) == 0
+
+
+async def test_a_task_step_failure_names_no_members(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, _ = stream_broker(redis_url, key_prefix)
+    failures: list[ChainFailure] = []
+
+    @broker.task
+    async def boom() -> None:
+        raise RuntimeError("no")
+
+    @broker.task
+    async def report(failure: ChainFailure) -> None:
+        failures.append(failure)
+
+    async with worker(broker, max_async_tasks=2):
+        handle = await chain(Signature.of(boom), on_error=report).kiq(broker)
+        await eventually(lambda: len(failures) == 1, what="the error continuation")
+        await eventually(
+            lambda: _chain_is(broker, handle.chain_id, ChainState.FAILED),
+            what="the chain to fail",
+        )
+        found = await handle.status()
+
+    assert (failures[0].error.type, failures[0].error.message) == ("RuntimeError", "no")
+    assert (failures[0].members, failures[0].lost) == ({}, [])
+    assert (found.failed_members, found.lost_members) == ({}, [])
