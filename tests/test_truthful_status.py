@@ -25,7 +25,9 @@ from taskiq_fanin import (
     status,
 )
 from taskiq_fanin.groups.inspection import status_from_meta
-from taskiq_fanin.model.results import from_millis
+from taskiq_fanin.groups.recording import error_payload
+from taskiq_fanin.model.errors import GroupStepFailedError
+from taskiq_fanin.model.results import MEMBERS_KEPT, StepError, from_millis
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from tests.harness import SentMessages, eventually, stream_broker, worker
 
@@ -298,3 +300,29 @@ async def test_a_task_step_failure_names_no_members(
     assert (failures[0].error.type, failures[0].error.message) == ("RuntimeError", "no")
     assert (failures[0].members, failures[0].lost) == ({}, [])
     assert (found.failed_members, found.lost_members) == ({}, [])
+
+
+def test_a_group_step_error_keeps_a_bounded_number_of_member_errors() -> None:
+    limit = 10_000
+    error = GroupStepFailedError(
+        group_id="g",
+        total=500,
+        failed=300,
+        lost=200,
+        details="; member 0: ...",
+        member_errors=tuple(
+            (index, "ValueError", "x" * limit) for index in reversed(range(300))
+        ),
+        lost_members=tuple(range(300, 500)),
+    )
+    payload = error_payload(error, limit)
+    kept = StepError.model_validate_json(payload)
+
+    assert list(kept.members) == list(range(MEMBERS_KEPT))  # the lowest indexes
+    assert {len(e.message) for e in kept.members.values()} == {limit // MEMBERS_KEPT}
+    assert kept.lost == list(range(300, 300 + MEMBERS_KEPT))
+    assert len(payload) < 2 * limit + 100 * MEMBERS_KEPT
+    # A plain error keeps the shape it always had.
+    assert error_payload(RuntimeError("no"), limit) == (
+        '{"type":"RuntimeError","message":"no"}'
+    )

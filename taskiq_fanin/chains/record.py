@@ -14,6 +14,7 @@ from taskiq_fanin.model.results import (
     ChainState,
     ChainStatus,
     MemberError,
+    StepError,
     from_millis,
 )
 from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, ChainKeys, validate_group_id
@@ -35,6 +36,9 @@ async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
     read_at = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     if not record:
         return ChainStatus(chain_id=chain_id, state=ChainState.MISSING, read_at=read_at)
+    error = (
+        StepError.model_validate_json(record["error"]) if "error" in record else None
+    )
     return ChainStatus(
         chain_id=chain_id,
         state=ChainState(record["state"]),
@@ -45,9 +49,9 @@ async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
         updated=from_millis(int(record["updated"])),
         finished=from_millis(int(record["finished"])) if "finished" in record else None,
         failed_step=int(record["failed_step"]) if "failed_step" in record else None,
-        error=MemberError.model_validate_json(record["error"])
-        if "error" in record
-        else None,
+        error=MemberError(type=error.type, message=error.message) if error else None,
+        failed_members=error.members if error else {},
+        lost_members=error.lost if error else [],
         failures={
             int(field.removeprefix("failure:")): MemberError.model_validate_json(value)
             for field, value in record.items()

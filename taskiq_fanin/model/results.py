@@ -46,11 +46,28 @@ class GroupState(str, enum.Enum):
     MISSING = "missing"
 
 
+#: The most failed (and lost) members a chain step's error names one by one.
+MEMBERS_KEPT = 100
+
+
 class MemberError(BaseModel):
     """Why a member failed for good."""
 
     type: str
     message: str
+
+
+class StepError(MemberError):
+    """A chain step's error as its record keeps it.
+
+    A failed group step's names its failed members' own errors and its lost
+    members (a task step's names none). Bounded (``groups/recording.py``): the
+    lowest-indexed members only, each message cut short; the counts are in
+    ``message``.
+    """
+
+    members: dict[int, MemberError] = Field(default_factory=dict)
+    lost: list[int] = Field(default_factory=list)
 
 
 class GroupResult(BaseModel):
@@ -180,6 +197,10 @@ class ChainStatus(BaseModel):
     failed_step: int | None = None
     #: Why the chain failed: the failed step's error.
     error: MemberError | None = None
+    #: A failed group step's failed members, each with its own error (the
+    #: lowest-indexed ones, up to a bound), and its lost members.
+    failed_members: dict[int, MemberError] = Field(default_factory=dict)
+    lost_members: list[int] = Field(default_factory=list)
     #: In a chain that keeps going past failures (compensations): each failed
     #: step's error, by step index.
     failures: dict[int, MemberError] = Field(default_factory=dict)
@@ -205,9 +226,31 @@ class ChainStatus(BaseModel):
 
 
 class ChainFailure(BaseModel):
-    """What a chain's error continuation receives."""
+    """What a chain's error continuation receives.
+
+    For a group step that failed (policy ``fail``), ``members`` maps each failed
+    member's index to its own error and ``lost`` lists the members lost: at most
+    ``MEMBERS_KEPT`` of each, the lowest indexes, each message cut to a share of
+    ``max_result_bytes`` (``error.message`` has the counts). Empty for a task step.
+    """
 
     chain_id: str
     step: int
     step_name: str
     error: MemberError
+    members: dict[int, MemberError] = Field(default_factory=dict)
+    lost: list[int] = Field(default_factory=list)
+
+    @classmethod
+    def of_step(
+        cls, chain_id: str, step: int, step_name: str, error: StepError
+    ) -> "ChainFailure":
+        """The failure of ``step`` from the error its chain's record keeps."""
+        return cls(
+            chain_id=chain_id,
+            step=step,
+            step_name=step_name,
+            error=MemberError(type=error.type, message=error.message),
+            members=error.members,
+            lost=error.lost,
+        )
