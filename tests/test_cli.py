@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +245,33 @@ async def test_status_of_a_finished_chain_shows_every_step_done(app) -> None:
     assert _row(run.stdout, "step") == "all 3 done"
     for number, name in enumerate((PROBE, RESIZE, PUBLISH), start=1):
         assert _row(run.stdout, str(number)) == f"{name} done"
+
+
+async def test_status_of_a_finished_group_or_chain_shows_when_it_finished(
+    app,
+) -> None:
+    group_id = await app.plan(2)  # no continuation: complete once both end
+    for index in range(2):
+        await app.finish(group_id, index)
+    chain_id = await app.chain("video-4", done=3)
+    group_found = await group_status(app.fanin, group_id)
+    chain_found = await chain_status(app.fanin, chain_id)
+    assert group_found.finished is not None
+    assert chain_found.finished is not None
+
+    for workflow_id, finished in (
+        (group_id, group_found.finished),
+        (chain_id, chain_found.finished),
+    ):
+        table = await run_cli("status", workflow_id, *app.options)
+        as_json = await run_cli("status", workflow_id, "--json", *app.options)
+        assert table.code == as_json.code == 0, table.stderr + as_json.stderr
+        assert _row(table.stdout, "finished") == f"{finished:%Y-%m-%d %H:%M:%S} UTC"
+        document = as_json.json()
+        assert datetime.fromisoformat(document["finished"]) == finished
+        started = document.get("created") or document["started"]
+        age = (finished - datetime.fromisoformat(started)).total_seconds()
+        assert document["age_seconds"] == age
 
 
 async def test_status_shows_the_group_when_a_chain_has_the_same_id(app) -> None:

@@ -88,7 +88,10 @@ async def test_skewed_clocks_plan_and_finish_on_redis_time(
     assert status.read_at is not None
     assert status.created is not None
     assert abs(status.read_at.timestamp() - seconds) < 60
-    assert status.age_seconds() == (status.read_at - status.created).total_seconds()
+    # Completed: its age runs from creation to its finish, both on Redis's clock.
+    assert status.finished is not None
+    assert status.created <= status.finished <= status.read_at
+    assert status.age_seconds() == (status.finished - status.created).total_seconds()
     # The tombstone, and the chain's record, live their durations from now.
     assert 0 < await redis_client.pttl(meta) <= fanin.config.tombstone_ttl * 1000
     assert fanin.config.ttl * 1000 - 60_000 < ttl <= fanin.config.ttl * 1000

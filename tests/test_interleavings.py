@@ -147,6 +147,12 @@ class GroupLife(Scripted):
         count("deliveries")
         if code in (Recorded.RECORDED, Recorded.CLAIMED) and was_open:
             self.terminal.setdefault(index, outcome.value)
+        if code is Recorded.COUNTED_CANCELLED:
+            # Ran through a cancel: counted, and nothing claimed or moved.
+            assert self.state == "cancelled"
+            assert collected is None
+            assert index not in self.terminal
+            self.terminal[index] = outcome.value
         if code is Recorded.CLAIMED:
             assert collected is not None
             if delivery not in self.claimed_by:
@@ -271,7 +277,7 @@ class GroupLife(Scripted):
         assert len(self.claimed_by) <= 1
         assert self.dispatched <= 1
         assert self.completed <= 1
-        if state in ("completed", "cancelled"):
+        if state == "completed":
             return  # shrunk to its meta: the sets are gone with the rest
         done = {int(m) for m in self.run(self.client.smembers(self.keys.done))}
         failed = {int(m) for m in self.run(self.client.smembers(self.keys.failed))}
@@ -279,8 +285,9 @@ class GroupLife(Scripted):
         assert int(meta["done_count"]) == len(done)
         assert int(meta["failed_count"]) == len(failed)
         assert done | failed == set(self.terminal)
-        if state == "open":
-            assert len(done) + len(failed) < self.total
+        if state in ("open", "cancelled"):
+            assert len(done) + len(failed) <= self.total
+            assert state == "cancelled" or len(done) + len(failed) < self.total
         elif not self.given_up:
             assert len(done) + len(failed) == self.total
 

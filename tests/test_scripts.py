@@ -424,6 +424,27 @@ async def test_dispatch_then_completion_leave_a_tombstone(
     assert 0 < await client.pttl(keys.meta) <= 5_000
 
 
+async def test_a_cancelled_group_counts_late_outcomes_and_never_claims(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = scripts_on(client)
+    await create(scripts, keys, total=3)
+    await record(scripts, keys, 0)
+    assert await scripts.cancel_group(keys, tombstone_ms=5_000)
+    assert await record(scripts, keys, 1) is Recorded.COUNTED_CANCELLED
+    assert await record(scripts, keys, 2, Outcome.FAILED) is Recorded.COUNTED_CANCELLED
+    assert await record(scripts, keys, 0, delivery="again") is Recorded.DUPLICATE
+    assert await record(scripts, keys, 1, Outcome.FAILED) is Recorded.CONFLICT
+    meta = await client.hgetall(keys.meta)
+    assert meta[b"state"] == b"cancelled"
+    assert (meta[b"done_count"], meta[b"failed_count"]) == (b"2", b"1")
+    assert await client.smembers(keys.done) == {b"0", b"1"}
+    assert await client.smembers(keys.failed) == {b"2"}
+    assert await client.exists(keys.claim, keys.plan, keys.results, keys.errors) == 0
+    for key in (keys.meta, keys.done, keys.failed):
+        assert 0 < await client.pttl(key) <= 5_000
+
+
 async def test_a_group_with_no_continuation_completes_at_dispatch(
     client: Redis, keys: GroupKeys
 ) -> None:

@@ -38,8 +38,9 @@ async def cancel(target: Target, workflow_id: str) -> bool:
 
     A cancelled chain runs no further step (a step about to start sees the flag)
     and the compensations of its completed steps run. A cancelled group runs no
-    continuation; members already enqueued still run, unless the group was
-    planned with ``cancellable=True``, whose members check the flag first.
+    continuation; members already enqueued still run (their outcomes are
+    counted in its status), unless the group was planned with
+    ``cancellable=True``, whose members check the flag first.
     """
     ctx = context_of(target)
     if await saga.cancel(ctx, workflow_id):

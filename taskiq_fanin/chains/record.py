@@ -5,6 +5,7 @@ a failed step. Its transitions are scripts (``ChainScripts``).
 """
 
 import json
+from datetime import datetime, timezone
 
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import FanInContext
@@ -13,6 +14,7 @@ from taskiq_fanin.model.results import (
     ChainState,
     ChainStatus,
     MemberError,
+    StepError,
     from_millis,
 )
 from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, ChainKeys, validate_group_id
@@ -25,11 +27,18 @@ def keys_of(ctx: FanInContext, chain_id: str) -> ChainKeys:
 
 
 async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
-    """Current step, state, times and error of a chain, from its record."""
+    """Current step, state, times and error of a chain, from its record.
+
+    With Redis's clock at the read, which its age goes by while it runs.
+    """
     validate_group_id(chain_id, longest=LONGEST_DERIVED_ID)
     record = await ctx.chain_scripts.read(keys_of(ctx, chain_id))
+    read_at = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     if not record:
-        return ChainStatus(chain_id=chain_id, state=ChainState.MISSING)
+        return ChainStatus(chain_id=chain_id, state=ChainState.MISSING, read_at=read_at)
+    error = (
+        StepError.model_validate_json(record["error"]) if "error" in record else None
+    )
     return ChainStatus(
         chain_id=chain_id,
         state=ChainState(record["state"]),
@@ -38,15 +47,17 @@ async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
         step_names=[str(name) for name in json.loads(record["names"])],
         started=from_millis(int(record["started"])),
         updated=from_millis(int(record["updated"])),
+        finished=from_millis(int(record["finished"])) if "finished" in record else None,
         failed_step=int(record["failed_step"]) if "failed_step" in record else None,
-        error=MemberError.model_validate_json(record["error"])
-        if "error" in record
-        else None,
+        error=MemberError(type=error.type, message=error.message) if error else None,
+        failed_members=error.members if error else {},
+        lost_members=error.lost if error else [],
         failures={
             int(field.removeprefix("failure:")): MemberError.model_validate_json(value)
             for field, value in record.items()
             if field.startswith("failure:")
         },
+        read_at=read_at,
     )
 
 

@@ -15,7 +15,7 @@ from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.membership import cancelled_result, end_member, settle_member
 from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
-from taskiq_fanin.model.results import ChainFailure, ChainState, MemberError
+from taskiq_fanin.model.results import ChainFailure, ChainState, MemberError, StepError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec
 from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, validate_group_id
@@ -28,11 +28,11 @@ async def after_failure(
     """The chain is failing at the cursor's step: kick ``on_error``, undo, end it."""
     if cursor.on_error is not None:
         names = (await record.status(ctx, cursor.id)).step_names
-        failure = ChainFailure(
-            chain_id=cursor.id,
-            step=cursor.index,
-            step_name=names[cursor.index] if cursor.index < len(names) else "",
-            error=MemberError.model_validate_json(summary),
+        failure = ChainFailure.of_step(
+            cursor.id,
+            cursor.index,
+            names[cursor.index] if cursor.index < len(names) else "",
+            StepError.model_validate_json(summary),
         )
         await (
             cursor.on_error.kicker(ctx.kicker)

@@ -38,6 +38,11 @@ async def fail_chain(result: GroupResult) -> None:
         failed=result.failed_count,
         lost=len(result.lost),
         details=details,
+        member_errors=tuple(
+            (index, error.type, error.message)
+            for index, error in sorted(result.failed.items())
+        ),
+        lost_members=tuple(result.lost),
     )
 
 

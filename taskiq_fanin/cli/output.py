@@ -49,12 +49,11 @@ def status_doc(status: GroupStatus, now: datetime) -> dict[str, Any]:
 
 def chain_doc(status: ChainStatus, now: datetime) -> dict[str, Any]:
     """The model as JSON (steps counted from 0, as in Python), with its age."""
-    age = None if status.started is None else (now - status.started).total_seconds()
     return {
         "kind": "chain",
         **status.model_dump(mode="json"),
         "current": status.current,
-        "age_seconds": age,
+        "age_seconds": status.age_seconds(now),
     }
 
 
@@ -109,6 +108,7 @@ def status_table(status: GroupStatus, now: datetime) -> Table:
         ("redrives", status.redrives),
         ("created", _time(status.created)),
         ("deadline", _time(status.deadline)),
+        ("finished", _time(status.finished)),
         ("age", _duration(status.age_seconds(now))),
         ("policies (failure, sweep)", ", ".join(policies) or "-"),
     ):
@@ -155,13 +155,13 @@ def chain_table(status: ChainStatus, now: datetime) -> RenderableType:
         where = f"all {status.steps} done"
     elif status.state is not ChainState.RUNNING:
         where = f"stopped at {where}"
-    age = None if status.started is None else (now - status.started).total_seconds()
     for name, value in (
         ("state", status.state.value),
         ("step", where),
         ("started", _time(status.started)),
         ("updated", _time(status.updated)),
-        ("age", _duration(age)),
+        ("finished", _time(status.finished)),
+        ("age", _duration(status.age_seconds(now))),
         ("failed step", _step(status, status.failed_step)),
         ("error", _error(status.error)),
     ):

@@ -23,6 +23,11 @@ from taskiq_fanin.store.scripts import text
 DEFAULT_LIST_LIMIT = 1000
 #: What a listing leaves out: groups over, or gone.
 FINISHED = frozenset({GroupState.COMPLETED, GroupState.CANCELLED, GroupState.MISSING})
+#: The meta field that holds when a group in each end state reached it.
+_FINISHED_AT = {
+    GroupState.COMPLETED: "completed_at",
+    GroupState.CANCELLED: "cancelled_at",
+}
 
 
 def status_from_meta(
@@ -34,9 +39,11 @@ def status_from_meta(
     """
     if not meta:
         return GroupStatus(group_id=group_id, state=GroupState.MISSING, read_at=read_at)
+    state = GroupState(meta["state"])
+    finished_at = meta.get(_FINISHED_AT.get(state, ""))
     return GroupStatus(
         group_id=group_id,
-        state=GroupState(meta["state"]),
+        state=state,
         total=int(meta["total"]),
         done=int(meta["done_count"]),
         failed=int(meta["failed_count"]),
@@ -45,6 +52,7 @@ def status_from_meta(
         sweep_policy=SweepPolicy(meta["sweep"]),
         created=from_millis(int(meta["created"])),
         deadline=from_millis(int(meta["deadline"])),
+        finished=from_millis(int(finished_at)) if finished_at else None,
         planned=meta.get("planned") == "1",
         redrives=int(meta.get("redrives", 0)),
         read_at=read_at,

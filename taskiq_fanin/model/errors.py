@@ -142,6 +142,10 @@ class GroupStepFailedError(FanInError, RuntimeError):
     lost: int
     #: The failed members' own errors: ``; member 1: ValueError: bad frame``.
     details: str = ""
+    #: The same as data, for the chain's record: index -> (type, message) ...
+    member_errors: tuple[tuple[int, str, str], ...] = ()
+    #: ... and the indexes of the members lost.
+    lost_members: tuple[int, ...] = ()
 
 
 class GroupTaskOrderError(FanInError, TypeError):

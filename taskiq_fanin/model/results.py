@@ -46,11 +46,28 @@ class GroupState(str, enum.Enum):
     MISSING = "missing"
 
 
+#: The most failed (and lost) members a chain step's error names one by one.
+MEMBERS_KEPT = 100
+
+
 class MemberError(BaseModel):
     """Why a member failed for good."""
 
     type: str
     message: str
+
+
+class StepError(MemberError):
+    """A chain step's error as its record keeps it.
+
+    A failed group step's names its failed members' own errors and its lost
+    members (a task step's names none). Bounded (``groups/recording.py``): the
+    lowest-indexed members only, each message cut short; the counts are in
+    ``message``.
+    """
+
+    members: dict[int, MemberError] = Field(default_factory=dict)
+    lost: list[int] = Field(default_factory=list)
 
 
 class GroupResult(BaseModel):
@@ -105,6 +122,10 @@ class GroupStatus(BaseModel):
     sweep_policy: SweepPolicy | None = None
     created: datetime | None = None
     deadline: datetime | None = None
+    #: When the group reached its end: its continuation completed (or none was
+    #: to run), or it was cancelled. ``None`` while it runs (and in a record
+    #: written before finish times were kept).
+    finished: datetime | None = None
     planned: bool = False
     redrives: int = 0
     #: Redis's clock when this was read: what its age and ``overdue()`` go by.
@@ -117,10 +138,13 @@ class GroupStatus(BaseModel):
         return max(self.total - self.done - self.failed - self.lost, 0)
 
     def age_seconds(self, now: datetime | None = None) -> float | None:
-        """Seconds since the group was created, at ``now`` (default: when read)."""
+        """Seconds since creation, at ``now`` (default: when read).
+
+        A finished group ages no more: its age is creation to finish.
+        """
         if self.created is None:
             return None
-        return (self._now(now) - self.created).total_seconds()
+        return ((self.finished or self._now(now)) - self.created).total_seconds()
 
     def overdue(self, now: datetime | None = None) -> bool:
         """True when the group is still open past its deadline, at ``now``.
@@ -166,12 +190,32 @@ class ChainStatus(BaseModel):
     step_names: list[str] = Field(default_factory=list)
     started: datetime | None = None
     updated: datetime | None = None
+    #: When the chain ended: done, failed (its error continuation and
+    #: compensations kicked) or cancelled. ``None`` while it runs or is failing
+    #: (and in a record written before finish times were kept).
+    finished: datetime | None = None
     failed_step: int | None = None
     #: Why the chain failed: the failed step's error.
     error: MemberError | None = None
+    #: A failed group step's failed members, each with its own error (the
+    #: lowest-indexed ones, up to a bound), and its lost members.
+    failed_members: dict[int, MemberError] = Field(default_factory=dict)
+    lost_members: list[int] = Field(default_factory=list)
     #: In a chain that keeps going past failures (compensations): each failed
     #: step's error, by step index.
     failures: dict[int, MemberError] = Field(default_factory=dict)
+    #: Redis's clock when this was read: what its age goes by while it runs.
+    read_at: datetime | None = None
+
+    def age_seconds(self, now: datetime | None = None) -> float | None:
+        """Seconds since the start, at ``now`` (default: when read).
+
+        A finished chain ages no more: its age is start to finish.
+        """
+        if self.started is None:
+            return None
+        end = self.finished or now or self.read_at or datetime.now(timezone.utc)
+        return (end - self.started).total_seconds()
 
     @property
     def current(self) -> str | None:
@@ -182,9 +226,31 @@ class ChainStatus(BaseModel):
 
 
 class ChainFailure(BaseModel):
-    """What a chain's error continuation receives."""
+    """What a chain's error continuation receives.
+
+    For a group step that failed (policy ``fail``), ``members`` maps each failed
+    member's index to its own error and ``lost`` lists the members lost: at most
+    ``MEMBERS_KEPT`` of each, the lowest indexes, each message cut to a share of
+    ``max_result_bytes`` (``error.message`` has the counts). Empty for a task step.
+    """
 
     chain_id: str
     step: int
     step_name: str
     error: MemberError
+    members: dict[int, MemberError] = Field(default_factory=dict)
+    lost: list[int] = Field(default_factory=list)
+
+    @classmethod
+    def of_step(
+        cls, chain_id: str, step: int, step_name: str, error: StepError
+    ) -> "ChainFailure":
+        """The failure of ``step`` from the error its chain's record keeps."""
+        return cls(
+            chain_id=chain_id,
+            step=step,
+            step_name=step_name,
+            error=MemberError(type=error.type, message=error.message),
+            members=error.members,
+            lost=error.lost,
+        )

@@ -47,6 +47,8 @@ class Recorded(enum.IntEnum):
     NOT_MEMBER = 6
     TOKEN_MISMATCH = 7
     FINALISED = 8
+    #: Counted in a cancelled group (the member ran anyway): nothing to finalise.
+    COUNTED_CANCELLED = 9
 
 
 class Advanced(enum.IntEnum):

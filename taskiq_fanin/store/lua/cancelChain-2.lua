@@ -1,6 +1,7 @@
 --[[
   Cancel a running chain: steps not yet started will not run, and the
-  compensations of the steps already completed are handed back to run.
+  compensations of the steps already completed are handed back to run. Its
+  finish time is the cancel's, on Redis's clock.
 
   The compensations stay (until the record expires): a caller that dies before
   it has started them, or its retry, or the sweep, asks again and is handed the
@@ -18,7 +19,8 @@
 local record = redis.call('HMGET', KEYS[1], 'state', 'step', 'member', 'step_undo')
 local code = 2
 if record[1] == 'running' then
-  move(KEYS[1], 'chain', 'running', 'cancelled', 'updated', now_ms())
+  local now = now_ms()
+  move(KEYS[1], 'chain', 'running', 'cancelled', 'updated', now, 'finished', now)
   code = 1
 elseif record[1] ~= 'cancelled' then
   return {0}

@@ -1,7 +1,8 @@
 --[[
   Cancel an open group: no continuation will run, and the group shrinks to its
-  meta, kept a tombstone's time. Members still record their outcomes into
-  nothing (the group is no longer open), and members of a group planned as
+  meta and its done and failed sets, kept a tombstone's time. Members already
+  running still record their outcomes: counted there (so its status says what
+  ran), never finalising it (recordOutcome). Members of a group planned as
   cancellable see the state before they run and do not run.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
@@ -15,6 +16,8 @@ if redis.call('HGET', KEYS[1], 'state') ~= 'open' then
   return 0
 end
 move(KEYS[1], 'group', 'open', 'cancelled', 'cancelled_at', now_ms())
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('DEL', KEYS[2], KEYS[5], KEYS[6], KEYS[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[1])
+redis.call('PEXPIRE', KEYS[4], ARGV[1])
 return 1

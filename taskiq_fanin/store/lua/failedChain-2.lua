@@ -1,6 +1,7 @@
 --[[
   A failing chain's error continuation and compensations are kicked: it is
-  failed now, and its compensation list goes.
+  failed now (its finish time kept, on Redis's clock), and its compensation
+  list goes.
 
   KEYS[1] record
   KEYS[2] comps
@@ -14,6 +15,7 @@ local record = redis.call('HMGET', KEYS[1], 'token', 'state')
 if record[1] ~= ARGV[1] or record[2] ~= 'failing' then
   return 0
 end
-move(KEYS[1], 'chain', 'failing', 'failed', 'updated', now_ms())
+local now = now_ms()
+move(KEYS[1], 'chain', 'failing', 'failed', 'updated', now, 'finished', now)
 redis.call('DEL', KEYS[2])
 return 1

@@ -1,5 +1,6 @@
 --[[
-  The last step finished: the chain is done, once.
+  The last step finished: the chain is done, once (its finish time kept, on
+  Redis's clock).
 
   KEYS[1] record
   KEYS[2] comps   dropped: nothing is left to undo
@@ -41,8 +42,9 @@ end
 if record[2] ~= 'running' or tonumber(record[3]) ~= tonumber(ARGV[2]) then
   return 0
 end
+local now = now_ms()
 move(KEYS[1], 'chain', 'running', 'done', 'step', tonumber(ARGV[2]) + 1,
-  'updated', now_ms(), 'moved_by', ARGV[4])
+  'updated', now, 'finished', now, 'moved_by', ARGV[4])
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[1], 'failure:' .. ARGV[2], ARGV[3])
 end

@@ -5,7 +5,10 @@
   as if recorded alone. Done and failed are exclusive and one-way; a second
   delivery of the same member changes nothing; the member whose outcome
   completes the group moves it from open to claimed (the state is the guard:
-  one call can make that move) and takes the finaliser's lease.
+  one call can make that move) and takes the finaliser's lease. A member of a
+  cancelled group (it was running when the cancel came) is counted just the
+  same, with no payload kept, and moves nothing: the group stays cancelled, and
+  its sets live as long as its meta.
 
   A call retried after its reply was lost (a timeout, a restart) finds its
   members recorded: the delivery that claimed is told so again (the lease names
@@ -27,7 +30,8 @@
   Returns {codes, collected, outstanding}: a code per member, in order: 1 recorded,
   2 recorded and claimed, or claimed by this delivery before (call the finaliser),
   3 duplicate, 4 conflict (the other outcome is already recorded), 5 no such
-  group, 6 not a member, 7 token mismatch, 8 group already finalised. With a 2,
+  group, 6 not a member, 7 token mismatch, 8 group already finalised, 9 counted
+  in a cancelled group (nothing more to do). With a 2,
   collected holds the fields collectOutcomes returns (the claimant finalises
   without reading them again); otherwise it is empty. outstanding: members of the
   group without an outcome.
@@ -64,6 +68,17 @@ for i = 1, members do
   if index == nil or index < 0 or index >= total or index % 1 ~= 0
       or sets[outcome] == nil then
     codes[i] = 6
+  elseif state == 'cancelled' then
+    codes[i] = 9
+    if redis.call('SISMEMBER', sets[other[outcome]], index) == 1 then
+      codes[i] = 4
+    elseif redis.call('SADD', sets[outcome], index) == 0 then
+      codes[i] = 3
+    else
+      counts[outcome] = redis.call('HINCRBY', KEYS[1], outcome .. '_count', 1)
+      local tombstone = redis.call('PTTL', KEYS[1])
+      if tombstone > 0 then redis.call('PEXPIRE', sets[outcome], tombstone) end
+    end
   elseif state ~= 'open' then
     codes[i] = 8
     if state == 'claimed' then

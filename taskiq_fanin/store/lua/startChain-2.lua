@@ -3,7 +3,7 @@
   same chain id twice changes nothing.
 
   KEYS[1] record   hash: token, state, step, steps, names, started, updated,
-                   span, pending, error, failed_step, failure:<step>, redrives,
+                   finished, span, pending, error, failed_step, failure:<step>, redrives,
                    run_step, run_until, run_attempt, member, outcome, payload,
                    step_undo
   KEYS[2] comps    list: compensations of the completed steps, in step order
