@@ -16,6 +16,7 @@ from taskiq_fanin.api.group_task import group_task
 from taskiq_fanin.api.groups import Group, GroupHandle, group, group_handle
 from taskiq_fanin.api.sweeping import SWEEP_TASK_NAME, register_sweep_task, sweep
 from taskiq_fanin.model.errors import (
+    ChainGivenUpError,
     FanInError,
     GroupStepFailedError,
     GroupTaskOrderError,
@@ -51,6 +52,7 @@ __all__ = [
     "SWEEP_TASK_NAME",
     "Chain",
     "ChainFailure",
+    "ChainGivenUpError",
     "ChainHandle",
     "ChainState",
     "ChainStatus",

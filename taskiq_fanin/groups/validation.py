@@ -96,7 +96,7 @@ def validate_chain(ctx: FanInContext, spec: ChainSpec, *, depth: int) -> None:
             set_here = (step.options.then, step.options.on_error, step.group_id)
             if any(value is not None for value in set_here):
                 raise InvalidGroupError(
-                    reason=f"step {index}, a group inside a chain, takes no then, "
+                    reason=f"step {index + 1}, a group inside a chain, takes no then, "
                     "on_error or group_id: the next step is its continuation"
                 )
             _check_group(ctx, step, depth=depth + 1)
@@ -114,10 +114,10 @@ def _serialize_chain(spec: ChainSpec, limit: int) -> None:
     """
     for index, step in enumerate(spec.steps):
         if isinstance(step, Signature):
-            _serialized(f"step {index} of the chain", step, None)
+            _serialized(f"step {index + 1} of the chain", step, None)
             continue
         for number, member in enumerate(step.members):
-            _serialized(f"member {number} of step {index}", member, limit)
+            _serialized(f"member {number} of step {index + 1}", member, limit)
     if spec.on_error is not None:
         _serialized("the chain's on_error", spec.on_error, None)
 

@@ -160,7 +160,8 @@ class ChainStatus(BaseModel):
 
     chain_id: str
     state: ChainState
-    #: Index of the step running (or, once over, one past the last that ran).
+    #: Index of the step running, from 0 (or, once over, one past the last that
+    #: ran); the CLI's tables count from 1.
     step: int = 0
     steps: int = 0
     step_names: list[str] = Field(default_factory=list)
@@ -185,6 +186,8 @@ class ChainFailure(BaseModel):
     """What a chain's error continuation receives."""
 
     chain_id: str
+    #: The index of the step that failed, from 0 (as in the chain's steps);
+    #: messages for people count from 1.
     step: int
     step_name: str
     error: MemberError
