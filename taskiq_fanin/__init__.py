@@ -9,6 +9,7 @@ from taskiq_fanin.api.control import (
     cancel,
     chain_status,
     group_status,
+    list_chains,
     list_groups,
     status,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "group_handle",
     "group_status",
     "group_task",
+    "list_chains",
     "list_groups",
     "register_sweep_task",
     "signature",

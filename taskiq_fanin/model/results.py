@@ -173,6 +173,17 @@ class ChainStatus(BaseModel):
     #: In a chain that keeps going past failures (compensations): each failed
     #: step's error, by step index.
     failures: dict[int, MemberError] = Field(default_factory=dict)
+    #: When the step it is at counts as stuck: the chain's deadline after the
+    #: record last moved (the sweep's ``chain_stuck`` from then on).
+    due: datetime | None = None
+    #: Redis's clock when this was read: what ``overdue()`` goes by.
+    read_at: datetime | None = None
+
+    def overdue(self, now: datetime | None = None) -> bool:
+        """True when the chain still runs, stuck at a step past its deadline."""
+        if self.due is None or self.state is not ChainState.RUNNING:
+            return False
+        return (now or self.read_at or datetime.now(timezone.utc)) >= self.due
 
     @property
     def current(self) -> str | None:
