@@ -6,7 +6,8 @@ already completed are started, last first, as a chain of their own
 (``<chain id>.undo``) that goes on past a compensation that fails for good
 (each is attempted once; the failures are recorded in its status); then the
 record says ``failed``. A crash in between leaves it ``failing``, and the sweep
-does the rest (``finish_failing``). A cancelled chain runs no further step, and
+does the rest (``finish_failing``). A chain the sweep gives up on (stuck at a
+step) fails the same way (``give_up``). A cancelled chain runs no further step, and
 its compensations run as for a failure.
 """
 
