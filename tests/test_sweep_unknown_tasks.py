@@ -197,6 +197,7 @@ async def test_group_members_no_worker_knows_are_left_and_the_known_missing_redr
             )
             kicked = await redis_client.xlen(deploy.stream)
 
+            reported = await sweep(deploy.fanin, dry_run=True)  # policy: report
             dry = await sweep(deploy.fanin, policy="redrive", dry_run=True)
             first = await sweep(deploy.fanin, policy="redrive")
             await eventually(lambda: len(deploy.built) == 2, what="member 1")
@@ -216,6 +217,9 @@ async def test_group_members_no_worker_knows_are_left_and_the_known_missing_redr
         await deploy.planner.shutdown()
 
     note = f"2 members not re-driven: task '{UNKNOWN}' unknown to this broker"
+    (seen,) = reported.findings
+    assert (seen.action, seen.unknown_tasks) == (SweepAction.REPORT, [UNKNOWN])
+    assert seen.note == f"2 members: task '{UNKNOWN}' unknown to this broker"
     for report in (dry, first):
         (finding,) = report.findings
         assert (finding.kind, finding.action) == (

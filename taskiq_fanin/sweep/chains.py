@@ -70,9 +70,9 @@ async def judge_chain(
     elif known.tasks_checked(ctx) and fields.get("pending"):
         kick = PendingStep.model_validate_json(fields["pending"])
         finding.unknown_tasks = known.unknown_in_step(ctx, kick.step)
-        if finding.unknown_tasks and finding.action is SweepAction.REDRIVE:
-            unknown = known.unknown_note(finding.unknown_tasks)
-            finding.note += f"; not re-driven: {unknown}"
+        if finding.unknown_tasks:
+            left = "not re-driven: " if finding.action is SweepAction.REDRIVE else ""
+            finding.note += f"; {left}{known.unknown_note(finding.unknown_tasks)}"
     if dry_run:
         return finding
     stuck_ms = now - int(fields["updated"])

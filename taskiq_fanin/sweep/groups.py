@@ -74,7 +74,7 @@ async def judge(
         )
         finding.action = SweepAction((override or SweepPolicy(meta["sweep"])).value)
     unknown: set[int] = set()
-    if finding.action is SweepAction.REDRIVE:
+    if finding.action in (SweepAction.REDRIVE, SweepAction.REPORT):
         unknown = await _unknown_members(ctx, finding)
     if dry_run:
         return finding
@@ -83,7 +83,7 @@ async def judge(
 
 
 async def _unknown_members(ctx: FanInContext, finding: Finding) -> set[int]:
-    """The missing members whose task the broker does not know: left, not kicked.
+    """The missing members whose task the broker does not know: never re-driven.
 
     Named in the finding (``unknown_tasks`` and its note). Nothing is checked
     when the broker knows none of the user's tasks (``known.tasks_checked``).
@@ -100,11 +100,9 @@ async def _unknown_members(ctx: FanInContext, finding: Finding) -> set[int]:
     if unknown:
         names = list(dict.fromkeys(n for found in unknown.values() for n in found))
         finding.unknown_tasks = names
-        count = len(unknown)
-        finding.note = (
-            f"{count} member{'s' if count > 1 else ''} not re-driven: "
-            f"{known.unknown_note(names)}"
-        )
+        count = f"{len(unknown)} member{'s' if len(unknown) > 1 else ''}"
+        left = " not re-driven" if finding.action is SweepAction.REDRIVE else ""
+        finding.note = f"{count}{left}: {known.unknown_note(names)}"
     return set(unknown)
 
 
