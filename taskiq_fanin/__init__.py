@@ -9,6 +9,7 @@ from taskiq_fanin.api.control import (
     cancel,
     chain_status,
     group_status,
+    list_chains,
     list_groups,
     status,
 )
@@ -17,6 +18,7 @@ from taskiq_fanin.api.groups import Group, GroupHandle, group, group_handle
 from taskiq_fanin.api.sweeping import SWEEP_TASK_NAME, register_sweep_task, sweep
 from taskiq_fanin.model.errors import (
     ArgumentsMismatchError,
+    ChainGivenUpError,
     FanInError,
     GroupStepFailedError,
     GroupTaskOrderError,
@@ -54,6 +56,7 @@ __all__ = [
     "ArgumentsMismatchError",
     "Chain",
     "ChainFailure",
+    "ChainGivenUpError",
     "ChainHandle",
     "ChainState",
     "ChainStatus",
@@ -94,6 +97,7 @@ __all__ = [
     "group_handle",
     "group_status",
     "group_task",
+    "list_chains",
     "list_groups",
     "register_sweep_task",
     "signature",

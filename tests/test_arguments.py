@@ -118,12 +118,12 @@ Spec = Callable[[], GroupSpec | ChainSpec]
         ),
         (
             lambda: chain(Signature.of(resize, 1), Signature.of(undo, 2)),
-            r"^Step 1 of the chain .*too many positional.*receives the previous "
+            r"^Step 2 of the chain .*too many positional.*receives the previous "
             r"step's result \(Signature\.immutable\(\) opts out\) first",
         ),
         (
             lambda: chain(Signature.of(resize, 1), Signature.of(undo).immutable()),
-            r"^Step 1 of the chain .*missing a required argument: 'photo'",
+            r"^Step 2 of the chain .*missing a required argument: 'photo'",
         ),
         (
             lambda: chain(Signature.of(resize, 1), on_error=Signature.of(undo, 1)),
@@ -133,24 +133,24 @@ Spec = Callable[[], GroupSpec | ChainSpec]
             lambda: chain(
                 Signature.of(resize, 1).with_compensation(Signature.of(undo)),
             ),
-            r"^The compensation of step 0 .*missing a required argument: 'photo'",
+            r"^The compensation of step 1 .*missing a required argument: 'photo'",
         ),
         (
             lambda: chain(
                 Signature.of(resize, 1), group([Signature.of(resize, 1, 2, 3)])
             ),
-            r"^Member 0 of step 1 .*too many positional",
+            r"^Member 0 of step 2 .*too many positional",
         ),
         (
             lambda: chain(
                 Signature.of(resize, 1),
                 group([chain(Signature.of(undo, 1), Signature.of(undo, 2))]),
             ),
-            r"^Step 0 of the chain in member 0 of step 1 .*too many positional",
+            r"^Step 1 of the chain in member 0 of step 2 .*too many positional",
         ),
         (
             lambda: group([chain(Signature.of(resize, 1), Signature.of(publish))]),
-            r"^Step 1 of the chain in member 0 .*missing a required argument: 'album'",
+            r"^Step 2 of the chain in member 0 .*missing a required argument: 'album'",
         ),
         (
             lambda: group([Signature.of("by_name_only", 1, 2)]),

@@ -164,7 +164,7 @@ async def test_a_group_task_called_directly_explains_itself() -> None:
         ),
         (
             lambda: chain(members(1)[0], Signature.of(collect, object())),
-            r"^Step 1 of the chain \(.*collect\) cannot be serialized",
+            r"^Step 2 of the chain \(.*collect\) cannot be serialized",
         ),
         (lambda: group(members(1), ttl="soon"), r"^Invalid option ttl='soon'"),
     ],

@@ -50,7 +50,7 @@ async def test_a_group_step_member_that_is_not_json_is_refused_before_any_write(
     await broker.startup()
     try:
         bad = chain(Signature.of(leaf, 1), group([Signature.of(leaf, object())]))
-        with pytest.raises(MemberNotSerializableError, match="Member 0 of step 1"):
+        with pytest.raises(MemberNotSerializableError, match="Member 0 of step 2"):
             await bad.kiq(broker)
         keys = await fanin.context.redis.keys(f"{key_prefix}*")
     finally:

@@ -44,7 +44,7 @@ async def _written(redis_client: Redis, key_prefix: str) -> list[bytes]:
     return [key for key in keys if key != stream.encode()]
 
 
-@pytest.mark.parametrize(("position", "what"), [(0, "Step 0"), (2, "Step 2")])
+@pytest.mark.parametrize(("position", "what"), [(0, "Step 1"), (2, "Step 3")])
 async def test_a_big_argument_in_any_step_is_refused_and_nothing_is_written(
     started: tuple[RedisStreamBroker, SentMessages],
     redis_client: Redis,
@@ -72,9 +72,9 @@ async def test_a_big_argument_in_any_step_is_refused_and_nothing_is_written(
     ("where", "what"),
     [
         ("on_error", "The chain's on_error"),
-        ("compensation", "The compensation of step 1"),
+        ("compensation", "The compensation of step 2"),
         ("plan", "The chain's plan"),
-        ("member", "Step 1 of the chain in member 0"),
+        ("member", "Step 2 of the chain in member 0"),
     ],
 )
 async def test_a_big_on_error_undo_or_plan_is_refused_and_nothing_is_written(
@@ -120,7 +120,7 @@ async def test_a_chain_refused_for_its_arguments_writes_nothing(
     async def resize(photo: int) -> int:
         return photo
 
-    with pytest.raises(ArgumentsMismatchError, match=r"^Step 2 of the chain"):
+    with pytest.raises(ArgumentsMismatchError, match=r"^Step 3 of the chain"):
         await chain(
             Signature.of(resize, 1), Signature.of(resize), Signature.of(resize, 1, 2, 3)
         ).kiq(broker)

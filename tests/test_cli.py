@@ -474,7 +474,10 @@ async def test_global_options_work_before_and_after_the_command(app) -> None:
     for run in runs:
         assert run.code == 0, run.stderr
     listed, group_doc, chain_doc, through_taskiq = (run.json() for run in runs)
-    assert [found["group_id"] for found in listed] == [group_id]
+    assert [
+        (found["kind"], found.get("group_id", found.get("chain_id")))
+        for found in listed
+    ] == [("group", group_id), ("chain", chain_id)]
     assert group_doc["group_id"] == group_id
     assert chain_doc["chain_id"] == through_taskiq["chain_id"] == chain_id
 
@@ -533,3 +536,101 @@ def _row(table: str, first: str) -> str:
         if words[: len(name)] == name:
             return " ".join(words[len(name) :])
     raise AssertionError(f"no row {first!r} in:\n{table}")
+
+
+async def stuck_chain(app: App, chain_id: str) -> None:
+    """A chain probe -> resize -> publish stuck at its last step (0.3 s deadline).
+
+    Planned through a broker of the test's that knows every step; cli_app's
+    broker, which the CLI sweeps with, does not know ``publish``.
+    """
+    broker, fanin = stream_broker(app.url, app.prefix, app.sent, deadline=0.3)
+    for name in (PROBE, RESIZE, PUBLISH):
+        broker.register_task(_noop, task_name=name)
+    await broker.startup()
+    try:
+        steps = [Signature.of(name).immutable() for name in (PROBE, RESIZE, PUBLISH)]
+        await chain(*steps, chain_id=chain_id).kiq(broker)
+        for index in range(2):
+            (message,) = (
+                m for m in app.sent.sent if m.task_id == f"{chain_id}.{index}"
+            )
+            ok = TaskiqResult(is_err=False, return_value="ok", execution_time=0.0)
+            await fanin.post_execute(message, ok)
+
+        async def overdue() -> bool:
+            return (await chain_status(fanin, chain_id)).overdue()
+
+        await eventually(overdue, timeout=5, what=f"chain {chain_id} overdue")
+    finally:
+        await broker.shutdown()
+
+
+async def _noop() -> None: ...
+
+
+async def test_list_stuck_shows_a_stuck_chain_as_sweep_fail_on_stuck_counts_it(
+    app,
+) -> None:
+    await app.plan(2)  # on time: neither lists it as stuck
+    calm_list = await run_cli("list", "--stuck", *app.options)
+    calm_sweep = await run_cli("sweep", "--fail-on-stuck", *app.options)
+    await stuck_chain(app, "release-7")
+
+    listed = await run_cli("list", "--stuck", "--json", *app.options)
+    table = await run_cli("list", "--stuck", *app.options)
+    alarmed = await run_cli("sweep", "--fail-on-stuck", "--json", *app.options)
+
+    assert calm_list.code == calm_sweep.code == 0, calm_sweep.stdout
+    assert calm_list.stdout.startswith("No stuck groups or chains under")
+    assert listed.code == table.code == 0, listed.stderr
+    (found,) = listed.json()
+    assert (found["kind"], found["chain_id"], found["state"]) == (
+        "chain",
+        "release-7",
+        "running",
+    )
+    assert found["step"] == 2  # the JSON keeps Python's index
+    assert "3 of 3 (cli_app.publish)" in _row(table.stdout, "release-7")
+    assert alarmed.code == 3
+    stuck = [f["group_id"] for f in alarmed.json()["findings"]]
+    assert stuck == [found["chain_id"]]
+
+
+async def test_sweep_redrive_names_a_chain_step_no_worker_knows_and_kicks_nothing(
+    app,
+) -> None:
+    await stuck_chain(app, "release-8")
+    stream = f"{app.prefix}:stream"
+    kicked_before = await app.redis.xlen(stream)
+    env = {"REDIS_URL": app.url, "FANIN_PREFIX": app.prefix, "FANIN_QUEUE": stream}
+    broker = ("--broker", "tests.cli_app:broker")
+
+    table = await run_cli("sweep", "--redrive", *broker, env=env)
+    as_json = await run_cli("sweep", "--redrive", "--json", *broker, env=env)
+
+    assert table.code == as_json.code == 0, table.stderr
+    row = _row(table.stdout, "release-8")
+    assert "at step 3 of 3 (cli_app.publish)" in row
+    assert "task 'cli_app.publish' unknown to this broker" in row
+    (finding,) = as_json.json()["findings"]
+    assert (finding["kind"], finding["applied"]) == ("chain_stuck", False)
+    assert finding["unknown_tasks"] == [PUBLISH]
+    assert as_json.json()["tasks_checked"] is True
+    assert await app.redis.xlen(stream) == kicked_before  # nothing kicked
+    assert (await chain_status(app.fanin, "release-8")).state.value == "running"
+
+
+async def test_a_sweep_with_only_a_redis_url_says_it_cannot_tell_unknown_tasks(
+    app,
+) -> None:
+    await stuck_chain(app, "release-9")
+
+    run = await run_cli("sweep", *app.options)
+    as_json = await run_cli("sweep", "--json", *app.options)
+
+    assert run.code == 0, run.stderr
+    assert "could not be told" in run.stdout
+    assert as_json.json()["tasks_checked"] is False
+    (finding,) = as_json.json()["findings"]
+    assert finding["unknown_tasks"] == []

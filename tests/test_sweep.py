@@ -547,7 +547,7 @@ async def test_a_chain_whose_next_step_was_lost_is_reported_then_redriven(
 
     (finding,) = reported.findings
     assert (finding.group_id, finding.kind) == ("video", FindingKind.CHAIN_STUCK)
-    assert finding.note == f"at step 1 ({transcode.task_name})"
+    assert finding.note == f"at step 2 of 2 ({transcode.task_name})"
     assert reported.stuck == [finding]
     assert [(f.action, f.applied) for f in redriven.findings] == [
         (SweepAction.REDRIVE, True)

@@ -61,7 +61,7 @@ def chain(
     """
     for index, step in enumerate(steps):
         if not isinstance(step, Signature | GroupSpec):
-            raise wrong_kind(f"step {index}", step, "a Signature or a group")
+            raise wrong_kind(f"step {index + 1}", step, "a Signature or a group")
     return Chain.model_construct(
         steps=steps,
         on_error=as_signature(on_error) if on_error is not None else None,

@@ -62,3 +62,20 @@ async def list_groups(
     return await inspection.list_groups(
         context_of(target), stuck=stuck, limit=limit, now=now
     )
+
+
+async def list_chains(
+    target: Target,
+    *,
+    stuck: bool = False,
+    limit: int = DEFAULT_LIST_LIMIT,
+    now: datetime | None = None,
+) -> list[ChainStatus]:
+    """Chains in the sweep's index still running (or failing), soonest due first.
+
+    With ``stuck``, only those running past their deadline at a step: the
+    chains a sweep finds as ``chain_stuck`` (``ChainStatus.overdue()``).
+    """
+    return await record.list_chains(
+        context_of(target), stuck=stuck, limit=limit, now=now
+    )

@@ -23,7 +23,8 @@ async def sweep(
 ) -> SweepReport:
     """Examine up to ``batch`` due groups (and chains) and act on them.
 
-    ``policy`` overrides each group's own sweep policy for stuck groups; a crashed
+    ``policy`` overrides each group's own sweep policy for stuck groups, and the
+    middleware's for stuck chains (``give_up`` fails them); a crashed
     finaliser is always recovered (its continuation dispatched again with the same
     task id) unless ``dry_run``, which writes nothing at all (not even the lock).
     """

@@ -149,7 +149,7 @@ def prepare_step(
     A group step's plan, checked, is handed back for the kick to use.
     """
     if isinstance(step, Signature):
-        what = f"step {cursor.index} of the chain"
+        what = f"step {cursor.index + 1} of the chain"
         validate_kick(what, _with_previous(step, previous))
         return None
     label = cursor.label()

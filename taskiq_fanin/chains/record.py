@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.model.config import ms
+from taskiq_fanin.groups.inspection import DEFAULT_LIST_LIMIT
+from taskiq_fanin.model.config import ms, positive
 from taskiq_fanin.model.results import (
     ChainState,
     ChainStatus,
@@ -17,8 +18,17 @@ from taskiq_fanin.model.results import (
     StepError,
     from_millis,
 )
-from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, ChainKeys, validate_group_id
+from taskiq_fanin.store.keys import (
+    LONGEST_DERIVED_ID,
+    ChainKeys,
+    chain_index_key,
+    validate_group_id,
+)
 from taskiq_fanin.store.replies import Begin
+from taskiq_fanin.store.scripts import text
+
+#: What a listing shows: chains not over yet.
+OPEN = frozenset({ChainState.RUNNING, ChainState.FAILING})
 
 
 def keys_of(ctx: FanInContext, chain_id: str) -> ChainKeys:
@@ -32,33 +42,75 @@ async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
     With Redis's clock at the read, which its age goes by while it runs.
     """
     validate_group_id(chain_id, longest=LONGEST_DERIVED_ID)
-    record = await ctx.chain_scripts.read(keys_of(ctx, chain_id))
+    found = await ctx.chain_scripts.read(keys_of(ctx, chain_id))
     read_at = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
-    if not record:
+    return status_from_record(chain_id, found, read_at=read_at)
+
+
+def status_from_record(
+    chain_id: str, found: dict[str, str], *, read_at: datetime | None = None
+) -> ChainStatus:
+    """A ``ChainStatus`` from a chain's record (empty: the chain is missing)."""
+    if not found:
         return ChainStatus(chain_id=chain_id, state=ChainState.MISSING, read_at=read_at)
-    error = (
-        StepError.model_validate_json(record["error"]) if "error" in record else None
-    )
+    updated = int(found["updated"])
+    error = StepError.model_validate_json(found["error"]) if "error" in found else None
     return ChainStatus(
         chain_id=chain_id,
-        state=ChainState(record["state"]),
-        step=int(record["step"]),
-        steps=int(record["steps"]),
-        step_names=[str(name) for name in json.loads(record["names"])],
-        started=from_millis(int(record["started"])),
-        updated=from_millis(int(record["updated"])),
-        finished=from_millis(int(record["finished"])) if "finished" in record else None,
-        failed_step=int(record["failed_step"]) if "failed_step" in record else None,
+        state=ChainState(found["state"]),
+        step=int(found["step"]),
+        steps=int(found["steps"]),
+        step_names=[str(name) for name in json.loads(found["names"])],
+        started=from_millis(int(found["started"])),
+        updated=from_millis(updated),
+        finished=from_millis(int(found["finished"])) if "finished" in found else None,
+        failed_step=int(found["failed_step"]) if "failed_step" in found else None,
         error=MemberError(type=error.type, message=error.message) if error else None,
         failed_members=error.members if error else {},
         lost_members=error.lost if error else [],
         failures={
             int(field.removeprefix("failure:")): MemberError.model_validate_json(value)
-            for field, value in record.items()
+            for field, value in found.items()
             if field.startswith("failure:")
         },
+        due=from_millis(updated + int(found["span"])) if "span" in found else None,
         read_at=read_at,
     )
+
+
+async def list_chains(
+    ctx: FanInContext,
+    *,
+    stuck: bool = False,
+    limit: int = DEFAULT_LIST_LIMIT,
+    now: datetime | None = None,
+) -> list[ChainStatus]:
+    """Chains in the sweep's index still running (or failing), soonest due first.
+
+    With ``stuck``, only those running past their deadline at a step, on
+    Redis's clock (unless ``now`` says otherwise): what the sweep finds as
+    ``chain_stuck``.
+    """
+    positive("limit", limit)
+    raw_ids = await ctx.redis.zrange(chain_index_key(ctx.config.prefix), 0, limit - 1)
+    chain_ids = [text(raw) for raw in raw_ids]
+    async with ctx.redis.pipeline(transaction=False) as pipe:
+        for chain_id in chain_ids:
+            pipe.hgetall(keys_of(ctx, chain_id).record)
+        records = await pipe.execute()
+    if now is None:
+        now = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
+    statuses = [
+        status_from_record(
+            chain_id, {text(k): text(v) for k, v in found.items()}, read_at=now
+        )
+        for chain_id, found in zip(chain_ids, records, strict=True)
+    ]
+    return [
+        status
+        for status in statuses
+        if status.state in OPEN and (not stuck or status.overdue(now))
+    ]
 
 
 async def state(ctx: FanInContext, chain_id: str) -> ChainState:

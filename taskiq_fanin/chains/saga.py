@@ -6,20 +6,27 @@ already completed are started, last first, as a chain of their own
 (``<chain id>.undo``) that goes on past a compensation that fails for good
 (each is attempted once; the failures are recorded in its status); then the
 record says ``failed``. A crash in between leaves it ``failing``, and the sweep
-does the rest (``finish_failing``). A cancelled chain runs no further step, and
+does the rest (``finish_failing``). A chain the sweep gives up on (stuck at a
+step) fails the same way (``give_up``). A cancelled chain runs no further step, and
 its compensations run as for a failure.
 """
+
+from taskiq import TaskiqResult
 
 from taskiq_fanin.chains import launch, record
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.membership import cancelled_result, end_member, settle_member
 from taskiq_fanin.context import FanInContext, new_delivery
+from taskiq_fanin.groups import index
 from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
+from taskiq_fanin.groups.recording import error_payload
+from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.errors import FanInError
 from taskiq_fanin.model.results import ChainFailure, ChainState, MemberError, StepError
 from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import ChainSpec
+from taskiq_fanin.model.spec import ChainSpec, GroupSpec
 from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, validate_group_id
-from taskiq_fanin.store.replies import Cancelled
+from taskiq_fanin.store.replies import Cancelled, Failed
 
 
 async def after_failure(
@@ -58,6 +65,41 @@ async def finish_failing(ctx: FanInContext, chain_id: str, pending: str) -> None
     compensations = await ctx.chain_scripts.compensations(keys)
     unknown = MemberError(type="UnknownError", message="").model_dump_json()
     await after_failure(ctx, cursor, found.get("error") or unknown, compensations)
+
+
+async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
+    """Fail a chain at the step it is stuck at (the sweep gives up on it), once.
+
+    The way a step that fails for good goes, with ``error`` as the step's:
+    ``failing``, the group member it is recorded failed, ``on_error`` kicked
+    with a ``ChainFailure``, the compensations started, then ``failed``; a group
+    step is cancelled, nothing waits on it now. The record's token and step
+    checks make it once: False when the chain moved on meanwhile (a slow step
+    that ended), was cancelled, or is gone; a step ending later moves nothing.
+    """
+    kick = PendingStep.model_validate_json(pending)
+    cursor = kick.cursor
+    failure = error_payload(error, ctx.config.max_result_bytes)
+    delivery = new_delivery()
+    # Should the sweep die half-way, the next one finishes it a lease later.
+    await index.reschedule(ctx, cursor.id, ms(ctx.config.lease), chains=True)
+    failed, compensations = await ctx.chain_scripts.fail(
+        record.keys_of(ctx, cursor.id),
+        token=cursor.token,
+        step=cursor.index,
+        error=failure,
+        delivery=delivery,
+    )
+    if failed is not Failed.FAILING:
+        return False
+    if isinstance(kick.step, GroupSpec):
+        await cancel_group(ctx, cursor.step_id)
+    result: TaskiqResult[None] = TaskiqResult(
+        is_err=True, return_value=None, execution_time=0.0, error=error
+    )
+    await end_member(ctx, cursor, result, delivery=delivery)
+    await after_failure(ctx, cursor, failure, compensations)
+    return True
 
 
 async def compensate(ctx: FanInContext, undo_id: str, compensations: list[str]) -> None:

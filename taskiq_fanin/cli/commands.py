@@ -8,14 +8,15 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from taskiq import AsyncBroker
 
 from taskiq_fanin.api.broker import find_fanin
-from taskiq_fanin.api.control import list_groups, status
+from taskiq_fanin.api.control import list_chains, list_groups, status
 from taskiq_fanin.api.sweeping import sweep
 from taskiq_fanin.cli.output import (
     chain_doc,
+    chain_list_table,
     chain_table,
     list_table,
     print_json,
@@ -102,15 +103,24 @@ async def _status(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
 
 async def _list(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
     now = await _redis_now(fanin)
-    statuses = await list_groups(fanin, stuck=args.stuck, limit=args.limit, now=now)
-    which = "stuck" if args.stuck else "open"
+    options = {"stuck": args.stuck, "limit": args.limit, "now": now}
+    groups = await list_groups(fanin, **options)
+    chains = await list_chains(fanin, **options)
+    which, prefix = ("stuck" if args.stuck else "open"), fanin.config.prefix
     if args.json:
-        print_json([status_doc(status, now) for status in statuses])
-    elif statuses:
-        title = f"{which.capitalize()} groups under {fanin.config.prefix!r}"
-        print_table(list_table(statuses, now, title))
+        documents = [status_doc(status, now) for status in groups]
+        print_json(documents + [chain_doc(status, now) for status in chains])
+    elif not groups and not chains:
+        print(f"No {which} groups or chains under {prefix!r}.")
     else:
-        print(f"No {which} groups under {fanin.config.prefix!r}.")
+        tables: list[RenderableType] = []
+        if groups:
+            title = f"{which.capitalize()} groups under {prefix!r}"
+            tables.append(list_table(groups, now, title))
+        if chains:
+            title = f"{which.capitalize()} chains under {prefix!r}"
+            tables.append(chain_list_table(chains, now, title))
+        print_table(Group(*tables))
     return ExitCode.OK
 
 

@@ -197,6 +197,29 @@ def list_table(statuses: list[GroupStatus], now: datetime, title: str) -> Table:
     return table
 
 
+def chain_list_table(statuses: list[ChainStatus], now: datetime, title: str) -> Table:
+    """Chains, a row each, at the step each is at (counted from 1)."""
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table.add_column("chain", no_wrap=True)  # whole, to be copied
+    table.add_column("state")
+    table.add_column("step")
+    for header in ("age", "overdue"):
+        table.add_column(header, justify="right")
+    for status in statuses:
+        age = None if status.started is None else (now - status.started).total_seconds()
+        late = ""
+        if status.due is not None and status.overdue(now):
+            late = _duration((now - status.due).total_seconds())
+        table.add_row(
+            status.chain_id,
+            status.state.value,
+            _step(status, status.step),
+            _duration(age),
+            late,
+        )
+    return table
+
+
 def sweep_table(findings: list[Finding], dry_run: bool) -> Table:
     """A sweep's findings, a row each, with what was (or would be) done."""
     table = Table(box=box.SIMPLE_HEAD)
@@ -235,7 +258,13 @@ def sweep_summary(report: SweepReport, prefix: str) -> str:
         return f"{number} {noun}{'' if number == 1 else 's'}"
 
     summary = (
-        f"Examined {count(report.examined, 'due group')}: "
+        f"Examined {count(report.examined, 'due group or chain')}: "
         f"{count(len(report.findings), 'finding')}, {len(report.stuck)} stuck."
     )
+    if not report.tasks_checked:
+        summary += (
+            " Tasks your workers do not know could not be told: this sweep's"
+            " broker knows none of your tasks (pass --broker, with your tasks"
+            " imported)."
+        )
     return f"Dry run, nothing written. {summary}" if report.dry_run else summary

@@ -112,7 +112,7 @@ def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
     """The parser of every command; the global options go before or after it."""
     parser = _Parser(
         prog=prog,
-        description="Status of groups and chains, listing and sweep of groups.",
+        description="Status, listing and sweep of groups and chains.",
         epilog=EPILOG.format(prog=prog),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -134,18 +134,38 @@ def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
         "status", "a group's counts, or a chain's steps, state, times and error"
     )
     status.add_argument("id", metavar="ID", help="a group id or a chain id")
-    listing = command("list", "the groups not yet finished, soonest due first")
-    listing.add_argument("--stuck", action="store_true", help="only overdue groups")
+    listing = command(
+        "list", "the groups and chains not yet finished, soonest due first"
+    )
     listing.add_argument(
-        "--limit", type=_positive, default=DEFAULT_LIST_LIMIT, help="at most N groups"
+        "--stuck",
+        action="store_true",
+        help="only overdue groups and stuck chains (what sweep counts as stuck)",
+    )
+    listing.add_argument(
+        "--limit",
+        type=_positive,
+        default=DEFAULT_LIST_LIMIT,
+        help="at most N groups and N chains",
     )
     sweeping = command("sweep", "find the groups and chains that stopped moving")
     modes = sweeping.add_mutually_exclusive_group()
     for flag, text in (
         ("--dry-run", "say what the sweep would do, write nothing (the default)"),
-        ("--redrive", "kick again the missing members of each stuck group"),
-        ("--give-up", "record missing members as lost, run the continuations"),
-        ("--apply", "act by each group's own sweep policy"),
+        (
+            "--redrive",
+            "kick again the missing members of each stuck group and the step of "
+            "each stuck chain, never a task your broker does not know",
+        ),
+        (
+            "--give-up",
+            "record missing members as lost, run the continuations; "
+            "fail each stuck chain (ChainGivenUpError, compensations run)",
+        ),
+        (
+            "--apply",
+            "act by each group's own sweep policy (a chain's: the middleware's)",
+        ),
     ):
         const = flag[2:].replace("-", "_")
         modes.add_argument(

@@ -117,11 +117,11 @@ def validate_chain(
                 ctx, step, index, depth=depth, checked=checked, within=within
             )
             continue
-        what = f"step {index} of the chain{within}"
+        what = f"step {index + 1} of the chain{within}"
         receives = (index > 0 or after_previous) and step.pass_result
         _check_task(ctx, what, step, PREVIOUS if receives else None, bind=not checked)
         if step.compensation is not None:
-            undo = f"the compensation of step {index}{within}"
+            undo = f"the compensation of step {index + 1}{within}"
             _check_task(ctx, undo, step.compensation, None, bind=not checked)
             _serialized(undo, step.compensation, limit)
         _serialized(what, step, limit)
@@ -149,10 +149,10 @@ def _check_group_step(
     set_here = (step.options.then, step.options.on_error, step.group_id)
     if any(value is not None for value in set_here):
         raise InvalidGroupError(
-            reason=f"step {index}, a group inside a chain, takes no then, "
+            reason=f"step {index + 1}, a group inside a chain, takes no then, "
             "on_error or group_id: the next step is its continuation"
         )
-    where = f" of step {index}{within}"
+    where = f" of step {index + 1}{within}"
     _check_group(
         ctx,
         step,

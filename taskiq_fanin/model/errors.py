@@ -187,3 +187,24 @@ class ChainCancelledError(FanInError):
     """The outcome of a chain that was cancelled (recorded for a chain member)."""
 
     __template__ = "The chain was cancelled"
+
+
+class ChainGivenUpError(FanInError, TimeoutError):
+    """The sweep gave up on a chain stuck at a step past its deadline.
+
+    Recorded as the chain's error, and handed to its ``on_error`` in the
+    ``ChainFailure``; the compensations of the completed steps run.
+    """
+
+    __template__ = (
+        "The sweep gave up on the chain at step {step} of {steps} ({task_name}), "
+        "stuck for {stuck_seconds:.1f}s{reason}: find out why the step never "
+        "ended (a worker lost, a task renamed in a deploy), then start it again"
+    )
+    #: The step it was stuck at, counted from 1.
+    step: int
+    steps: int
+    task_name: str
+    stuck_seconds: float
+    #: Why, when the sweep knows: ``; task 'x' is unknown to this broker``.
+    reason: str = ""

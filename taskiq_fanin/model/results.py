@@ -184,7 +184,8 @@ class ChainStatus(BaseModel):
 
     chain_id: str
     state: ChainState
-    #: Index of the step running (or, once over, one past the last that ran).
+    #: Index of the step running, from 0 (or, once over, one past the last that
+    #: ran); the CLI's tables count from 1.
     step: int = 0
     steps: int = 0
     step_names: list[str] = Field(default_factory=list)
@@ -204,7 +205,10 @@ class ChainStatus(BaseModel):
     #: In a chain that keeps going past failures (compensations): each failed
     #: step's error, by step index.
     failures: dict[int, MemberError] = Field(default_factory=dict)
-    #: Redis's clock when this was read: what its age goes by while it runs.
+    #: When the step it is at counts as stuck: the chain's deadline after the
+    #: record last moved (the sweep's ``chain_stuck`` from then on).
+    due: datetime | None = None
+    #: Redis's clock when this was read: what its age and ``overdue()`` go by.
     read_at: datetime | None = None
 
     def age_seconds(self, now: datetime | None = None) -> float | None:
@@ -216,6 +220,12 @@ class ChainStatus(BaseModel):
             return None
         end = self.finished or now or self.read_at or datetime.now(timezone.utc)
         return (end - self.started).total_seconds()
+
+    def overdue(self, now: datetime | None = None) -> bool:
+        """True when the chain still runs, stuck at a step past its deadline."""
+        if self.due is None or self.state is not ChainState.RUNNING:
+            return False
+        return (now or self.read_at or datetime.now(timezone.utc)) >= self.due
 
     @property
     def current(self) -> str | None:
@@ -235,6 +245,8 @@ class ChainFailure(BaseModel):
     """
 
     chain_id: str
+    #: The index of the step that failed, from 0 (as in the chain's steps);
+    #: messages for people count from 1.
     step: int
     step_name: str
     error: MemberError

@@ -24,6 +24,13 @@ from taskiq_fanin.store.replies import (
 )
 from taskiq_fanin.store.scripts import GROUP_SCRIPT_FILES, RedisClient, register, text
 
+#: Ledger entries one read asks for at most (one short command each).
+LEDGER_CHUNK = 500
+
+
+def _hmget(key: str, fields: list[int]) -> Command:
+    return lambda pipe: pipe.hmget(key, fields)
+
 
 class GroupScripts:
     """The group scripts registered on one client."""
@@ -144,6 +151,19 @@ class GroupScripts:
     async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
         """Meta, lease and missing members of a group; ``None`` if it is gone."""
         return replies.inspected(await self._scripts["inspect_group"](keys=keys.all))
+
+    async def ledger_entries(
+        self, keys: GroupKeys, indexes: Sequence[int]
+    ) -> dict[int, str]:
+        """The ledger entries of these members, read in bounded chunks."""
+        found: dict[int, str] = {}
+        for start in range(0, len(indexes), LEDGER_CHUNK):
+            chunk = list(indexes[start : start + LEDGER_CHUNK])
+            raw = await self._pipeline(_hmget(keys.plan, chunk))
+            found.update(
+                {i: text(e) for i, e in zip(chunk, raw, strict=True) if e is not None}
+            )
+        return found
 
     async def redrive_group(
         self, keys: GroupKeys, *, token: str, max_redrives: int

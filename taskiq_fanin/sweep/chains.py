@@ -11,23 +11,27 @@ clock.
 import json
 
 from taskiq_fanin.chains import launch, record, saga
+from taskiq_fanin.chains.cursor import PendingStep
 from taskiq_fanin.chains.membership import settle_member
 from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.groups import index
 from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.results import ChainState
+from taskiq_fanin.model.errors import ChainGivenUpError
+from taskiq_fanin.model.results import ChainState, SweepPolicy
+from taskiq_fanin.sweep import known
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
 
 
 async def judge_chain(
-    ctx: FanInContext, chain_id: str, *, redrive: bool, dry_run: bool
+    ctx: FanInContext, chain_id: str, *, policy: SweepPolicy, dry_run: bool
 ) -> Finding | None:
     """Judge one indexed chain and, unless ``dry_run``, act; ``None``: nothing due.
 
     A chain left ``failing`` is finished (its error continuation and
-    compensations kicked). A running chain stuck at a step is reported; with
-    ``redrive`` its step is kicked again as it was recorded, at most
-    ``max_redrives`` times.
+    compensations kicked). A running chain stuck at a step is reported; by
+    ``policy`` its step is kicked again as it was recorded (``redrive``, at most
+    ``max_redrives`` times, never a task the broker does not know), or the
+    chain is failed with a ``ChainGivenUpError`` (``give_up``).
     """
     keys = record.keys_of(ctx, chain_id)
     found = await ctx.chain_scripts.inspect(keys)
@@ -45,12 +49,13 @@ async def judge_chain(
         if not dry_run:
             await index.reschedule(ctx, chain_id, due_at - now, chains=True)
         return None
-    step = int(fields["step"])
+    step = int(fields["step"])  # from 0, as the record keeps it
     names = json.loads(fields["names"])
+    name = names[step] if step < len(names) else "end"
     finding = Finding(
         group_id=chain_id,
         kind=FindingKind.CHAIN_STUCK,
-        action=SweepAction.REDRIVE if redrive else SweepAction.REPORT,
+        action=_ACTIONS.get(policy, SweepAction.REPORT),
         applied=False,
         state=state.value,
         total=int(fields["steps"]),
@@ -58,14 +63,28 @@ async def judge_chain(
         overdue_seconds=(now - due_at) / 1000,
         age_seconds=(now - int(fields["started"])) / 1000,
         redrives=int(fields.get("redrives", 0)),
-        note=f"at step {step} ({names[step] if step < len(names) else 'end'})",
+        note=f"at step {step + 1} of {fields['steps']} ({name})",
     )
     if state is ChainState.FAILING:
         finding.kind, finding.action = FindingKind.CHAIN_FAILING, SweepAction.FINISH
+    elif known.tasks_checked(ctx) and fields.get("pending"):
+        kick = PendingStep.model_validate_json(fields["pending"])
+        finding.unknown_tasks = known.unknown_in_step(ctx, kick.step)
+        if finding.unknown_tasks:
+            left = "not re-driven: " if finding.action is SweepAction.REDRIVE else ""
+            finding.note += f"; {left}{known.unknown_note(finding.unknown_tasks)}"
     if dry_run:
         return finding
-    await _act(ctx, chain_id, finding, fields)
+    stuck_ms = now - int(fields["updated"])
+    await _act(ctx, chain_id, finding, fields, step_name=name, stuck_ms=stuck_ms)
     return finding
+
+
+#: What the sweep does about a stuck chain, by the policy it sweeps with.
+_ACTIONS = {
+    SweepPolicy.REDRIVE: SweepAction.REDRIVE,
+    SweepPolicy.GIVE_UP: SweepAction.GIVE_UP,
+}
 
 
 async def _settle(ctx: FanInContext, chain_id: str, fields: dict[str, str]) -> None:
@@ -82,14 +101,26 @@ async def _settle(ctx: FanInContext, chain_id: str, fields: dict[str, str]) -> N
 
 
 async def _act(
-    ctx: FanInContext, chain_id: str, finding: Finding, fields: dict[str, str]
+    ctx: FanInContext,
+    chain_id: str,
+    finding: Finding,
+    fields: dict[str, str],
+    *,
+    step_name: str,
+    stuck_ms: int,
 ) -> None:
     look_again = 0  # seen in turn with the others at the next sweep
     if finding.action is SweepAction.FINISH:
         await saga.finish_failing(ctx, chain_id, fields.get("pending", ""))
         finding.applied = True
         return
-    if finding.action is SweepAction.REDRIVE:
+    if finding.action is SweepAction.GIVE_UP:
+        error = _given_up(finding, step_name, stuck_ms)
+        if await saga.give_up(ctx, fields["pending"], error):
+            finding.applied = True
+            return
+        finding.note += "; not given up: it moved on meanwhile"
+    elif finding.action is SweepAction.REDRIVE and not finding.unknown_tasks:
         redrives, pending = await ctx.chain_scripts.redrive(
             record.keys_of(ctx, chain_id),
             token=fields["token"],
@@ -103,6 +134,18 @@ async def _act(
             look_again = int(fields["span"])
         else:
             finding.note += f"; not re-driven ({redrives} re-drives used)"
-    else:
+    elif finding.action is SweepAction.REPORT:
         finding.applied = True
     await index.reschedule(ctx, chain_id, look_again, chains=True)
+
+
+def _given_up(finding: Finding, step_name: str, stuck_ms: int) -> ChainGivenUpError:
+    """The error a chain given up on fails with, naming its step (from 1)."""
+    reason = f"; {known.unknown_note(finding.unknown_tasks)}"
+    return ChainGivenUpError(
+        step=finding.done + 1,
+        steps=finding.total,
+        task_name=step_name,
+        stuck_seconds=stuck_ms / 1000,
+        reason=reason if finding.unknown_tasks else "",
+    )

@@ -18,6 +18,7 @@ from taskiq_fanin.model.results import GroupState, SweepPolicy
 from taskiq_fanin.model.spec import member_from_ledger
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.replies import Inspected
+from taskiq_fanin.sweep import known
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
 
 logger = logging.getLogger("taskiq_fanin.sweep")
@@ -72,10 +73,37 @@ async def judge(
             FindingKind.STUCK if meta.get("planned") == "1" else FindingKind.UNPLANNED
         )
         finding.action = SweepAction((override or SweepPolicy(meta["sweep"])).value)
+    unknown: set[int] = set()
+    if finding.action in (SweepAction.REDRIVE, SweepAction.REPORT):
+        unknown = await _unknown_members(ctx, finding)
     if dry_run:
         return finding
-    await _act(ctx, finding, meta)
+    await _act(ctx, finding, meta, unknown)
     return finding
+
+
+async def _unknown_members(ctx: FanInContext, finding: Finding) -> set[int]:
+    """The missing members whose task the broker does not know: never re-driven.
+
+    Named in the finding (``unknown_tasks`` and its note). Nothing is checked
+    when the broker knows none of the user's tasks (``known.tasks_checked``).
+    """
+    if not finding.missing or not known.tasks_checked(ctx):
+        return set()
+    keys = GroupKeys(ctx.config.prefix, finding.group_id)
+    entries = await ctx.scripts.ledger_entries(keys, finding.missing)
+    unknown: dict[int, list[str]] = {}
+    for member_index, entry in entries.items():
+        names = known.unknown_in_member(ctx, member_from_ledger(entry))
+        if names:
+            unknown[member_index] = names
+    if unknown:
+        names = list(dict.fromkeys(n for found in unknown.values() for n in found))
+        finding.unknown_tasks = names
+        count = f"{len(unknown)} member{'s' if len(unknown) > 1 else ''}"
+        left = " not re-driven" if finding.action is SweepAction.REDRIVE else ""
+        finding.note = f"{count}{left}: {known.unknown_note(names)}"
+    return set(unknown)
 
 
 def _due_at(meta: dict[str, str], state: GroupState) -> int:
@@ -107,33 +135,20 @@ def _finding(
     )
 
 
-async def _act(ctx: FanInContext, finding: Finding, meta: dict[str, str]) -> None:
+async def _act(
+    ctx: FanInContext, finding: Finding, meta: dict[str, str], unknown: set[int]
+) -> None:
+    """Do the finding's action; ``unknown``: missing members not to re-drive."""
     keys = GroupKeys(ctx.config.prefix, finding.group_id)
     token, action = meta["token"], finding.action
     # A group left as it was goes to the back of the due queue: every stuck group
     # is seen in turn, however many there are.
     look_again = 0
     if action is SweepAction.REDRIVE:
-        redriven = await ctx.scripts.redrive_group(
-            keys, token=token, max_redrives=ctx.config.max_redrives
-        )
-        finding.redrives = redriven.redrives
-        if redriven.redriven:
-            members = {i: member_from_ledger(e) for i, e in redriven.members.items()}
-            await dispatch_members(
-                ctx,
-                finding.group_id,
-                token,
-                members,
-                depth=int(meta.get("depth", 1)),
-                cancellable=meta.get("cancellable") == "1",
-                attempt=redriven.redrives,
-            )
-            metrics.MEMBERS_REDRIVEN.inc(len(members))
-            finding.applied = True
-            look_again = int(meta["span"])  # its new deadline
-        else:
-            finding.note = f"not re-driven: {redriven.redrives} re-drives used"
+        # Members whose task is unknown are left: when they are all there is,
+        # nothing is kicked and no re-drive is spent.
+        if not unknown.issuperset(finding.missing):
+            look_again = await _redrive(ctx, finding, meta, unknown)
     elif action is SweepAction.GIVE_UP:
         lost = await ctx.scripts.give_up(
             keys, token=token, lease_ms=ms(ctx.config.lease), claimant=SWEEP_CLAIMANT
@@ -162,18 +177,65 @@ async def _act(ctx: FanInContext, finding: Finding, meta: dict[str, str]) -> Non
     await index.reschedule(ctx, finding.group_id, look_again)
 
 
+async def _redrive(
+    ctx: FanInContext, finding: Finding, meta: dict[str, str], unknown: set[int]
+) -> int:
+    """Kick the missing members again but ``unknown``; when to look again (ms)."""
+    keys = GroupKeys(ctx.config.prefix, finding.group_id)
+    token = meta["token"]
+    redriven = await ctx.scripts.redrive_group(
+        keys, token=token, max_redrives=ctx.config.max_redrives
+    )
+    finding.redrives = redriven.redrives
+    if not redriven.redriven:
+        used = f"not re-driven: {redriven.redrives} re-drives used"
+        finding.note = "; ".join(filter(None, (finding.note, used)))
+        return 0
+    members = {
+        i: member_from_ledger(entry)
+        for i, entry in redriven.members.items()
+        if i not in unknown
+    }
+    await dispatch_members(
+        ctx,
+        finding.group_id,
+        token,
+        members,
+        depth=int(meta.get("depth", 1)),
+        cancellable=meta.get("cancellable") == "1",
+        attempt=redriven.redrives,
+    )
+    metrics.MEMBERS_REDRIVEN.inc(len(members))
+    finding.applied = True
+    return int(meta["span"])  # its new deadline
+
+
 def log_finding(finding: Finding) -> None:
-    """One warning per finding, its fields as ``fanin_*`` extras."""
+    """One warning per finding, its fields as ``fanin_*`` extras.
+
+    A chain's says where it is, as its note does (steps counted from 1).
+    """
     fields: dict[str, Any] = {f"fanin_{k}": v for k, v in finding.model_dump().items()}
+    action = ("" if finding.applied else "would ") + finding.action.value
+    if finding.kind in (FindingKind.CHAIN_STUCK, FindingKind.CHAIN_FAILING):
+        logger.warning(
+            "Chain %s %s: %s (%s)",
+            finding.group_id,
+            finding.kind.value,
+            action,
+            finding.note,
+            extra=fields,
+        )
+        return
     logger.warning(
-        "Group %s %s: %s%s (%d/%d done, %d failed, missing %s)",
+        "Group %s %s: %s (%d/%d done, %d failed, missing %s)%s",
         finding.group_id,
         finding.kind.value,
-        "" if finding.applied else "would ",
-        finding.action.value,
+        action,
         finding.done,
         finding.total,
         finding.failed,
         finding.missing[:20],
+        f"; {finding.note}" if finding.note else "",
         extra=fields,
     )

@@ -18,7 +18,8 @@ class FindingKind(str, enum.Enum):
     CONTINUATION_OVERDUE = "continuation_overdue"
     #: The index names a group that expired or completed: the entry is pruned.
     GONE = "gone"
-    #: A chain still running whose step has not moved within its span.
+    #: A chain still running whose step has not moved within its span (the
+    #: chain's deadline, counted from when its record last moved).
     CHAIN_STUCK = "chain_stuck"
     #: A chain whose failure was recorded, but whose error continuation and
     #: compensations were not all kicked (its worker died in between).
@@ -55,6 +56,9 @@ class Finding(BaseModel):
     age_seconds: float = 0.0
     overdue_seconds: float = 0.0
     redrives: int = 0
+    #: Tasks the sweep's broker does not know (its workers would drop them):
+    #: the members or the chain step that run them were not re-driven.
+    unknown_tasks: list[str] = Field(default_factory=list)
     note: str = ""
 
 
@@ -65,6 +69,10 @@ class SweepReport(BaseModel):
     #: True when another sweep held the lock: this one did nothing.
     skipped: bool = False
     examined: int = 0
+    #: False when the sweep's broker knows none of the user's tasks (or there is
+    #: no broker: the CLI given only --redis-url): tasks unknown to the workers
+    #: cannot be told, and a re-drive kicks what the ledger or record holds.
+    tasks_checked: bool = True
     findings: list[Finding] = Field(default_factory=list)
 
     @property

@@ -16,6 +16,7 @@ from taskiq_fanin.groups import index
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.results import SweepPolicy
 from taskiq_fanin.store.keys import sweep_lock_key
+from taskiq_fanin.sweep import known
 from taskiq_fanin.sweep.chains import judge_chain
 from taskiq_fanin.sweep.groups import judge, log_finding
 from taskiq_fanin.sweep.report import SweepReport
@@ -37,7 +38,8 @@ async def sweep(
 ) -> SweepReport:
     """Examine up to ``batch`` due groups (and chains) and act on them.
 
-    ``policy`` overrides each group's own sweep policy for stuck groups; a crashed
+    ``policy`` overrides each group's own sweep policy for stuck groups, and the
+    middleware's for stuck chains (``give_up`` fails them); a crashed
     finaliser is always recovered (its continuation dispatched again with the same
     task id) unless ``dry_run``, which writes nothing at all (not even the lock:
     it can run beside an acting sweep, and on a read-only replica).
@@ -65,8 +67,8 @@ async def _examine(
     batch: int,
 ) -> SweepReport:
     """Judge (and unless ``dry_run``, act on) up to ``batch`` due groups and chains."""
-    redrive_chains = (override or ctx.config.sweep_policy) is SweepPolicy.REDRIVE
-    report = SweepReport(dry_run=dry_run)
+    chain_policy = override or ctx.config.sweep_policy
+    report = SweepReport(dry_run=dry_run, tasks_checked=known.tasks_checked(ctx))
     for chains in (False, True):
         _, due = await index.due(ctx, batch, chains=chains)
         report.examined += len(due)
@@ -74,7 +76,7 @@ async def _examine(
             try:
                 if chains:
                     finding = await judge_chain(
-                        ctx, item_id, redrive=redrive_chains, dry_run=dry_run
+                        ctx, item_id, policy=chain_policy, dry_run=dry_run
                     )
                 else:
                     finding = await judge(

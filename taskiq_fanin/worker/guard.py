@@ -71,7 +71,9 @@ async def may_run(
         )
         begun = await step_lease()
         if begun is not Begin.RUN:
-            logger.info("Chain %s: step %d %s", cursor.id, cursor.index, _said[begun])
+            logger.info(  # steps counted from 1, as people do
+                "Chain %s: step %d %s", cursor.id, cursor.index + 1, _said[begun]
+            )
             if begun is Begin.SKIP:
                 await saga.skipped(
                     ctx, cursor, continuation=ref is not None, delivery=delivery
