@@ -12,6 +12,7 @@ from taskiq_fanin import (
     ChainState,
     GroupResult,
     GroupState,
+    IdInUseError,
     Signature,
     chain,
     group,
@@ -49,7 +50,7 @@ async def test_a_dotted_group_id_does_not_take_a_chains_group_step(
         await eventually(lambda: ran["joined"] == 1, what="the user's group to end")
         handle = await chain(
             Signature.of(step),
-            group([Signature.of(member, "a"), Signature.of(member, "b")]),
+            group([Signature.of(member, n).immutable() for n in ("a", "b")]),
             Signature.of(step),
             chain_id="vid",
         ).kiq(broker)
@@ -67,8 +68,6 @@ async def test_a_dotted_group_id_does_not_take_a_chains_group_step(
 async def test_a_chain_cannot_take_a_groups_id_and_nothing_is_written(
     redis_url: str, key_prefix: str
 ) -> None:
-    from taskiq_fanin import IdInUseError
-
     sent = SentMessages()
     broker, _ = stream_broker(redis_url, key_prefix, sent)
 
@@ -94,8 +93,6 @@ async def test_a_chain_cannot_take_a_groups_id_and_nothing_is_written(
 async def test_a_group_cannot_take_a_chains_id_and_nothing_is_written(
     redis_url: str, key_prefix: str
 ) -> None:
-    from taskiq_fanin import IdInUseError
-
     sent = SentMessages()
     broker, _ = stream_broker(redis_url, key_prefix, sent)
 

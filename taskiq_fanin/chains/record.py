@@ -15,7 +15,7 @@ from taskiq_fanin.model.results import (
     MemberError,
     from_millis,
 )
-from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, ChainKeys, validate_group_id
+from taskiq_fanin.store.keys import ChainKeys, validate_chain_id
 from taskiq_fanin.store.replies import Begin
 
 
@@ -26,7 +26,7 @@ def keys_of(ctx: FanInContext, chain_id: str) -> ChainKeys:
 
 async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
     """Current step, state, times and error of a chain, from its record."""
-    validate_group_id(chain_id, longest=LONGEST_DERIVED_ID)
+    validate_chain_id(chain_id, derived=True)
     record = await ctx.chain_scripts.read(keys_of(ctx, chain_id))
     if not record:
         return ChainStatus(chain_id=chain_id, state=ChainState.MISSING)
