@@ -222,7 +222,7 @@ async def step(previous: int, chain_id: str, index: int) -> int:
     await slow_if_chosen(f"{chain_id}~{index}")
     if STEP_SECONDS:
         await asyncio.sleep(STEP_SECONDS)
-    await obs().hincrby(obs_key("steps"), f"{chain_id}.{index}", 1)
+    await obs().hincrby(obs_key("steps"), f"{chain_id}~{index}", 1)
     return previous + 1
 
 
@@ -230,7 +230,7 @@ async def step(previous: int, chain_id: str, index: int) -> int:
 @running
 async def fail_step(previous: int, chain_id: str) -> None:
     """A chain step that fails for good."""
-    await obs().hincrby(obs_key("steps"), f"{chain_id}.fail", 1)
+    await obs().hincrby(obs_key("steps"), f"{chain_id}~fail", 1)
     msg = f"step after {previous} failed on purpose"
     raise RuntimeError(msg)
 
@@ -239,7 +239,7 @@ async def fail_step(previous: int, chain_id: str) -> None:
 @running
 async def compensate(chain_id: str, index: int) -> None:
     """A completed step's compensation: says it ran."""
-    await obs().rpush(obs_key("compensations"), f"{chain_id}.{index}")
+    await obs().rpush(obs_key("compensations"), f"{chain_id}~{index}")
 
 
 @broker.task(task_name=ON_ERROR_TASK)

@@ -320,7 +320,7 @@ async def test_groups_and_chains_go_on_by_themselves_when_redis_stalls(
     assert indexed is None  # completed by itself: nothing left for a sweep
     # Every chain ended by itself, each step run once (the step guard).
     assert step_runs == {
-        f"stall{c}.{n}": 1 for c in range(chains) for n in range(steps)
+        f"stall{c}~{n}": 1 for c in range(chains) for n in range(steps)
     }
 
 
@@ -357,7 +357,7 @@ async def test_a_claim_whose_reply_a_stall_lost_is_finalised_by_its_own_retry(
             continuation_deliveries = await rig.delivered_id("claim~then")
         logs = rig.worker_logs()
 
-    retried = logs.count(f"recording the outcome of task claim.2: {RETRY_LOG}")
+    retried = logs.count(f"recording the outcome of task claim~2: {RETRY_LOG}")
     summary(
         "claim reply lost in a stall",
         faults=f"1 stall of {SIGSTOP_SECONDS:g} s",
@@ -587,8 +587,8 @@ async def test_a_chain_killed_between_failing_and_undoing_is_finished_by_the_swe
     (finding,) = [f for f in report.findings if f.kind is FindingKind.CHAIN_FAILING]
     assert (finding.group_id, finding.applied) == ("saga", True)
     assert on_errors == [["saga", 2]]
-    assert compensations == ["saga.1", "saga.0"]  # each once, last first
-    assert steps == {"saga.0": 1, "saga.1": 1, "saga.fail": 1}
+    assert compensations == ["saga~1", "saga~0"]  # each once, last first
+    assert steps == {"saga~0": 1, "saga~1": 1, "saga~fail": 1}
     assert (status.state.value, status.failed_step) == ("failed", 2)
     assert undo.state.value == "done"
 
