@@ -191,8 +191,8 @@ async def hold_if_chosen(task_id: str) -> None:
 @broker.task(task_name="fault_app.member")
 async def member(group_id: str, index: int) -> int:
     """Take ``MEMBER_SECONDS``; hang or hold if chosen."""
-    await hang_if_chosen(f"{group_id}.{index}")
-    await hold_if_chosen(f"{group_id}.{index}")
+    await hang_if_chosen(f"{group_id}~{index}")
+    await hold_if_chosen(f"{group_id}~{index}")
     if MEMBER_SECONDS:
         await asyncio.sleep(MEMBER_SECONDS)
     return index
@@ -202,8 +202,8 @@ async def member(group_id: str, index: int) -> int:
 @running
 async def publish(result: GroupResult) -> None:
     """The continuation: says it ran to its end, and with what; hangs if chosen."""
-    await hang_if_chosen(f"{result.group_id}.then")
-    await slow_if_chosen(f"{result.group_id}.then")
+    await hang_if_chosen(f"{result.group_id}~then")
+    await slow_if_chosen(f"{result.group_id}~then")
     summary = {
         "group_id": result.group_id,
         "succeeded": len(result.succeeded),
@@ -218,11 +218,11 @@ async def publish(result: GroupResult) -> None:
 @running
 async def step(previous: int, chain_id: str, index: int) -> int:
     """A chain step: says it ran, and hands on one more than it got."""
-    await hang_if_chosen(f"{chain_id}.{index}")
-    await slow_if_chosen(f"{chain_id}.{index}")
+    await hang_if_chosen(f"{chain_id}~{index}")
+    await slow_if_chosen(f"{chain_id}~{index}")
     if STEP_SECONDS:
         await asyncio.sleep(STEP_SECONDS)
-    await obs().hincrby(obs_key("steps"), f"{chain_id}.{index}", 1)
+    await obs().hincrby(obs_key("steps"), f"{chain_id}~{index}", 1)
     return previous + 1
 
 
@@ -230,7 +230,7 @@ async def step(previous: int, chain_id: str, index: int) -> int:
 @running
 async def fail_step(previous: int, chain_id: str) -> None:
     """A chain step that fails for good."""
-    await obs().hincrby(obs_key("steps"), f"{chain_id}.fail", 1)
+    await obs().hincrby(obs_key("steps"), f"{chain_id}~fail", 1)
     msg = f"step after {previous} failed on purpose"
     raise RuntimeError(msg)
 
@@ -239,7 +239,7 @@ async def fail_step(previous: int, chain_id: str) -> None:
 @running
 async def compensate(chain_id: str, index: int) -> None:
     """A completed step's compensation: says it ran."""
-    await obs().rpush(obs_key("compensations"), f"{chain_id}.{index}")
+    await obs().rpush(obs_key("compensations"), f"{chain_id}~{index}")
 
 
 @broker.task(task_name=ON_ERROR_TASK)

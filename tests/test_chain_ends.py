@@ -101,7 +101,7 @@ async def test_a_result_too_large_for_the_next_group_step_fails_the_step(
         await eventually(lambda: len(results) == 1, what="the outer continuation")
         await eventually(lambda: len(failures) == 1, what="on_error")
         await eventually(lambda: refunds == [5], what="the step's compensation")
-        status = await chain_status(fanin, "outer.0")
+        status = await chain_status(fanin, "outer~0")
 
     assert status.state is ChainState.FAILED
     assert status.failed_step == 0
@@ -145,15 +145,15 @@ async def test_cancelling_during_the_last_step_undoes_it_and_cancels_the_member(
         )
         await group([member], then=then, group_id="g").kiq(broker)
         await eventually(lambda: "last" in journal, what="the last step to start")
-        assert await cancel(broker, "g.0")
+        assert await cancel(broker, "g~0")
         release.set()
         await eventually(lambda: len(results) == 1, what="the outer continuation")
-        for undo_id in ("g.0.undo", "g.0.undo1"):
+        for undo_id in ("g~0~undo", "g~0~undo1"):
             await eventually(
                 lambda undo_id=undo_id: state_is(fanin, undo_id, ChainState.DONE),
                 what=f"{undo_id} to end",
             )
-        status = await chain_status(fanin, "g.0")
+        status = await chain_status(fanin, "g~0")
 
     assert status.state is ChainState.CANCELLED
     assert sorted(journal[2:]) == ["undo first", "undo last"]
@@ -186,13 +186,13 @@ async def test_cancelling_at_an_open_group_step_ends_the_member_at_once(
         member = chain(Signature.of(start), group([Signature.of(held)] * 2))
         await group([member], then=then, group_id="g").kiq(broker)
         await eventually(
-            lambda: _group_open(fanin, "g.0.1"), what="the group step to be planned"
+            lambda: _group_open(fanin, "g~0~1"), what="the group step to be planned"
         )
-        assert await cancel(broker, "g.0")
+        assert await cancel(broker, "g~0")
         # Its members still hold their slots: the outer group ends without them.
         await eventually(lambda: len(results) == 1, what="the outer continuation")
         release.set()
-        status = await chain_status(fanin, "g.0")
+        status = await chain_status(fanin, "g~0")
 
     assert status.state is ChainState.CANCELLED
     assert results[0].failed[0].type == "ChainCancelledError"
@@ -240,7 +240,7 @@ async def test_a_cancel_that_died_half_way_is_carried_out_by_the_next_call(
         assert not await cancel(broker, handle.chain_id)
         release.set()
         await eventually(
-            lambda: state_is(fanin, f"{handle.chain_id}.undo", ChainState.DONE),
+            lambda: state_is(fanin, f"{handle.chain_id}~undo", ChainState.DONE),
             what="the compensations to end",
         )
         await eventually(lambda: len(journal) == 4, what="step 2 undone")
@@ -284,7 +284,7 @@ async def test_the_sweep_finishes_a_cancel_whose_caller_died(
         monkeypatch.undo()
         release.set()
         await eventually(
-            lambda: _swept_until_done(fanin, f"{handle.chain_id}.undo"),
+            lambda: _swept_until_done(fanin, f"{handle.chain_id}~undo"),
             what="the sweep to start the compensations",
         )
         await eventually(lambda: "undo 1" in journal, what="the compensation")
@@ -347,7 +347,7 @@ class UnrecordedMember:
 
     async def run_until_the_chain_is_done(self, fanin: FanInMiddleware) -> None:
         await group([self.member], then=self.then, group_id="g").kiq(self.broker)
-        await eventually(lambda: state_is(fanin, "g.0", ChainState.DONE), what="done")
+        await eventually(lambda: state_is(fanin, "g~0", ChainState.DONE), what="done")
 
     async def swept_until_recorded(self, fanin: FanInMiddleware) -> bool:
         self.reports.append(await sweep(fanin))
@@ -385,7 +385,7 @@ async def test_a_last_step_undo_lost_with_its_worker_is_started_by_the_sweep(
         assert await cancel(broker, handle.chain_id)
         release.set()
         await eventually(
-            lambda: _swept_until_done(fanin, f"{handle.chain_id}.undo0"),
+            lambda: _swept_until_done(fanin, f"{handle.chain_id}~undo0"),
             what="the sweep to start the step's compensation",
         )
         await eventually(lambda: "undo only" in journal, what="the compensation")
@@ -438,7 +438,7 @@ async def test_a_redriven_chain_member_that_had_ended_is_recorded_not_rerun(
         await eventually(
             lambda: app.swept_until_recorded(fanin), what="the sweep to record it"
         )
-        rerun = await chain_status(fanin, "g.0.r1")
+        rerun = await chain_status(fanin, "g~0~r1")
     reports = app.reports
 
     assert app.results[0].results == [4]

@@ -133,7 +133,7 @@ async def test_the_group_step_passes_the_previous_result_to_its_members(
 async def test_a_step_delivered_twice_enqueues_its_next_step_once(
     redis_url: str, key_prefix: str
 ) -> None:
-    twice = DuplicatingMiddleware(lambda m: m.task_id.endswith(".1"))
+    twice = DuplicatingMiddleware(lambda m: m.task_id.endswith("~1"))
     sent = SentMessages()
     broker, _ = stream_broker(redis_url, key_prefix, twice, sent)
     runs: Counter[str] = Counter()
@@ -209,7 +209,7 @@ async def test_a_group_of_three_step_chains_continues_once_after_every_chain(
         continued.append(result)
 
     async def chains_done(group_id: str) -> bool:
-        chains_now = [await chain_status(fanin, f"{group_id}.{i}") for i in range(6)]
+        chains_now = [await chain_status(fanin, f"{group_id}~{i}") for i in range(6)]
         return {c.state for c in chains_now} == {ChainState.DONE}
 
     async with worker(broker, max_async_tasks=4):
@@ -266,7 +266,7 @@ async def test_a_terminal_failure_at_step_three_compensates_steps_two_and_one(
         await eventually(lambda: journal[-2:] == ["undo 2", "undo 1"], what="undo")
         await eventually(lambda: len(failures) == 1, what="the error continuation")
         await eventually(
-            lambda: _chain_state_of(fanin, f"{handle.chain_id}.undo", ChainState.DONE),
+            lambda: _chain_state_of(fanin, f"{handle.chain_id}~undo", ChainState.DONE),
             what="the compensations to end",
         )
         status = await handle.status()
@@ -317,7 +317,7 @@ async def test_cancelling_mid_chain_stops_later_steps(
         await eventually(
             lambda: sent.executions_of(step.task_name) == 2, what="step 2 to end"
         )
-        for undo_id in (f"{handle.chain_id}.undo", f"{handle.chain_id}.undo1"):
+        for undo_id in (f"{handle.chain_id}~undo", f"{handle.chain_id}~undo1"):
             await eventually(
                 lambda undo_id=undo_id: _chain_state_of(
                     fanin, undo_id, ChainState.DONE
@@ -329,9 +329,9 @@ async def test_cancelling_mid_chain_stops_later_steps(
     # Step 2 was running when the chain was cancelled: it finishes, nothing after
     # it is enqueued, and both step 1 (completed) and step 2 are undone.
     assert [
-        m.task_id for m in sent.sent if m.task_id.startswith(handle.chain_id + ".")
-    ][:2] == [f"{handle.chain_id}.0", f"{handle.chain_id}.1"]
-    assert f"{handle.chain_id}.2" not in {m.task_id for m in sent.sent}
+        m.task_id for m in sent.sent if m.task_id.startswith(handle.chain_id + "~")
+    ][:2] == [f"{handle.chain_id}~0", f"{handle.chain_id}~1"]
+    assert f"{handle.chain_id}~2" not in {m.task_id for m in sent.sent}
     assert journal[:2] == ["1", "2"]
     assert sorted(journal[2:]) == ["undo 1", "undo 2"]
     assert status.state is ChainState.CANCELLED
@@ -431,9 +431,9 @@ async def test_a_cancelled_chain_member_fails_its_member_and_the_group_ends(
         members = [chain(Signature.of(slow, n), Signature.of(slow)) for n in range(2)]
         handle = await group(members, then=then, group_id="g").kiq(broker)
         await eventually(
-            lambda: _chain_state_of(fanin, "g.0", ChainState.DONE), what="chain 0"
+            lambda: _chain_state_of(fanin, "g~0", ChainState.DONE), what="chain 0"
         )
-        assert await cancel(broker, "g.1")  # its first step is running
+        assert await cancel(broker, "g~1")  # its first step is running
         release.set()
         await eventually(lambda: len(results) == 1, what="the continuation")
         status = await handle.status()

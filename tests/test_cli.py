@@ -26,7 +26,8 @@ from taskiq_fanin import (
     group_status,
 )
 from taskiq_fanin.cli.parser import EXIT_MEANINGS, ExitCode
-from taskiq_fanin.store.keys import GroupKeys, index_key, sweep_lock_key
+from taskiq_fanin.model.ids import step_id
+from taskiq_fanin.store.keys import ChainKeys, GroupKeys, index_key, sweep_lock_key
 from tests.harness import SentMessages, eventually, stream_broker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +94,7 @@ class App:
         """End member (or chain step) ``index`` as a worker's middleware would:
         done, or failed for good with ``error``.
         """
-        (message,) = (m for m in self.sent.sent if m.task_id == f"{group_id}.{index}")
+        (message,) = (m for m in self.sent.sent if m.task_id == f"{group_id}~{index}")
         result = TaskiqResult(
             is_err=error is not None,
             return_value=None if error else "ok",
@@ -275,8 +276,13 @@ async def test_status_of_a_finished_group_or_chain_shows_when_it_finished(
 
 
 async def test_status_shows_the_group_when_a_chain_has_the_same_id(app) -> None:
-    await app.chain("twin")
+    # A group and a chain can no longer share an id; one written before that
+    # rule is made here by moving a chain's record under the group's id.
+    await app.chain("other")
     await group([Signature.of(RESIZE, 0)], group_id="twin").kiq(app.broker)
+    await app.redis.rename(
+        ChainKeys(app.prefix, "other").record, ChainKeys(app.prefix, "twin").record
+    )
 
     run = await run_cli("status", "twin", "--json", *app.options)
 
@@ -358,7 +364,7 @@ async def test_sweep_redrive_through_the_broker_kicks_exactly_the_missing_member
     entries = await app.redis.xrange(stream)
     assert len(entries) == kicked_before + 2
     rekicked = [json.loads(fields[b"data"]) for _, fields in entries[kicked_before:]]
-    assert sorted(m["task_id"] for m in rekicked) == [f"{group_id}.1", f"{group_id}.3"]
+    assert sorted(m["task_id"] for m in rekicked) == [f"{group_id}~1", f"{group_id}~3"]
     assert {m["task_name"] for m in rekicked} == {RESIZE}
     status = await group_status(app.fanin, group_id)
     assert status.redrives == 1
@@ -553,7 +559,7 @@ async def stuck_chain(app: App, chain_id: str) -> None:
         await chain(*steps, chain_id=chain_id).kiq(broker)
         for index in range(2):
             (message,) = (
-                m for m in app.sent.sent if m.task_id == f"{chain_id}.{index}"
+                m for m in app.sent.sent if m.task_id == step_id(chain_id, index)
             )
             ok = TaskiqResult(is_err=False, return_value="ok", execution_time=0.0)
             await fanin.post_execute(message, ok)

@@ -154,7 +154,7 @@ async def test_a_groups_members_share_pipelines_and_each_runs_the_middlewares(
         handle = await group([Signature.of(member, i) for i in range(size)]).kiq(broker)
     finally:
         await broker.shutdown()
-    ids = {f"{handle.group_id}.{index}" for index in range(size)}
+    ids = {f"{handle.group_id}~{index}" for index in range(size)}
     assert set(log.before) == ids
     assert set(log.after_and_found) == ids  # post_send came after Redis had it
     assert await redis_client.xlen(f"{key_prefix}:stream") == size

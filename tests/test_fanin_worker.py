@@ -334,9 +334,9 @@ async def test_group_member_labels_carry_the_group_token(
     assert sorted(r.index for r in refs if r) == [0, 1, 2]  # kicked concurrently
     assert {r.token for r in refs if r} == {token.decode()}
     assert sorted(m.task_id for m in sent.sent) == [
-        "album-7.0",
-        "album-7.1",
-        "album-7.2",
+        "album-7~0",
+        "album-7~1",
+        "album-7~2",
     ]
 
 

@@ -320,7 +320,7 @@ async def test_groups_and_chains_go_on_by_themselves_when_redis_stalls(
     assert indexed is None  # completed by itself: nothing left for a sweep
     # Every chain ended by itself, each step run once (the step guard).
     assert step_runs == {
-        f"stall{c}.{n}": 1 for c in range(chains) for n in range(steps)
+        f"stall{c}~{n}": 1 for c in range(chains) for n in range(steps)
     }
 
 
@@ -332,7 +332,7 @@ async def test_a_claim_whose_reply_a_stall_lost_is_finalised_by_its_own_retry(
     that delivery; the hook retries with the same delivery, is told that it
     holds the claim, and dispatches the continuation: no sweep is needed."""
     members = 3
-    async with fault_rig(tmp_path, monkeypatch, HOLD="claim.2", **STALL_SAFE) as rig:
+    async with fault_rig(tmp_path, monkeypatch, HOLD="claim~2", **STALL_SAFE) as rig:
         started = time.monotonic()
         with rig.worker("a"):
             await plan(rig, "claim", members)
@@ -354,10 +354,10 @@ async def test_a_claim_whose_reply_a_stall_lost_is_finalised_by_its_own_retry(
                 )
             ran = await continuations(rig)
             indexed = await rig.redis.zscore(f"{rig.prefix}:index", "claim")
-            continuation_deliveries = await rig.delivered_id("claim.then")
+            continuation_deliveries = await rig.delivered_id("claim~then")
         logs = rig.worker_logs()
 
-    retried = logs.count(f"recording the outcome of task claim.2: {RETRY_LOG}")
+    retried = logs.count(f"recording the outcome of task claim~2: {RETRY_LOG}")
     summary(
         "claim reply lost in a stall",
         faults=f"1 stall of {SIGSTOP_SECONDS:g} s",
@@ -415,7 +415,7 @@ async def test_a_member_whose_worker_is_killed_mid_run_is_redelivered_and_counte
 ):
     members = 30
     async with fault_rig(
-        tmp_path, monkeypatch, MEMBER_SECONDS="0.05", HANG="killed.7"
+        tmp_path, monkeypatch, MEMBER_SECONDS="0.05", HANG="killed~7"
     ) as rig:
         app = rig.app
         started = time.monotonic()
@@ -433,9 +433,9 @@ async def test_a_member_whose_worker_is_killed_mid_run_is_redelivered_and_counte
                     what="the group to complete and the stream to drain",
                 )
             ran = await continuations(rig)
-            hung_deliveries = await rig.delivered_id("killed.7")
+            hung_deliveries = await rig.delivered_id("killed~7")
             delivered = await rig.delivered(app.member.task_name)
-            continuation_deliveries = await rig.delivered_id("killed.then")
+            continuation_deliveries = await rig.delivered_id("killed~then")
             # taskiq worker starts a new process in place of the one killed.
             restarted = bool(set(children_of(a.pid) + children_of(b.pid)) - workers)
 
@@ -507,7 +507,7 @@ async def test_a_finaliser_killed_after_its_claim_is_recovered_by_the_sweep_once
                     what="the continuation to complete and the stream to drain",
                 )
             ran = await continuations(rig)
-            continuation_deliveries = await rig.delivered_id("final.then")
+            continuation_deliveries = await rig.delivered_id("final~then")
             delivered = await rig.delivered(app.member.task_name)
 
     summary(
@@ -523,7 +523,7 @@ async def test_a_finaliser_killed_after_its_claim_is_recovered_by_the_sweep_once
         seconds=round(time.monotonic() - started, 1),
     )
     assert not alive(pid)
-    assert (sending, claimed) == ("final.then", "claimed")
+    assert (sending, claimed) == ("final~then", "claimed")
     (finding,) = [f for f in report.findings if f.kind is FindingKind.FINALISER_LOST]
     assert (finding.group_id, finding.action, finding.applied) == (
         "final",
@@ -569,7 +569,7 @@ async def test_a_chain_killed_between_failing_and_undoing_is_finished_by_the_swe
             on_errors = [json.loads(item) for item in await rig.listed("on_error")]
             compensations = await rig.listed("compensations")
             steps = await rig.counted("steps")
-            undo = await chain_status(app.broker, "saga.undo")
+            undo = await chain_status(app.broker, "saga~undo")
 
     summary(
         "chain SIGKILLed between failing and its compensations",
@@ -583,12 +583,12 @@ async def test_a_chain_killed_between_failing_and_undoing_is_finished_by_the_swe
         seconds=round(time.monotonic() - started, 1),
     )
     assert not alive(pid)
-    assert (sending, failing.state.value) == ("saga.on_error", "failing")
+    assert (sending, failing.state.value) == ("saga~on_error", "failing")
     (finding,) = [f for f in report.findings if f.kind is FindingKind.CHAIN_FAILING]
     assert (finding.group_id, finding.applied) == ("saga", True)
     assert on_errors == [["saga", 2]]
-    assert compensations == ["saga.1", "saga.0"]  # each once, last first
-    assert steps == {"saga.0": 1, "saga.1": 1, "saga.fail": 1}
+    assert compensations == ["saga~1", "saga~0"]  # each once, last first
+    assert steps == {"saga~0": 1, "saga~1": 1, "saga~fail": 1}
     assert (status.state.value, status.failed_step) == ("failed", 2)
     assert undo.state.value == "done"
 
@@ -660,7 +660,7 @@ async def test_a_continuation_or_step_slower_than_the_idle_timeout_runs_once(
     idle timeout is 2 s, and the body runs until another copy was delivered):
     the run guard lets one copy run; a copy that finds it running stays
     unacknowledged, comes back once it is over, and is skipped."""
-    name = "slow.then" if slow == "continuation" else "slow.1"
+    name = "slow~then" if slow == "continuation" else "slow~1"
     async with fault_rig(tmp_path, monkeypatch, SLOW=name) as rig:
         app = rig.app
         started = time.monotonic()
@@ -714,7 +714,7 @@ async def test_a_continuation_or_step_killed_mid_run_runs_again_once(
     after its 2 s idle timeout; while the lease still holds, the guard leaves
     that copy unacknowledged, and it comes back. No sweep is needed.
     """
-    hang = "mid.then" if killed == "continuation" else "mid.1"
+    hang = "mid~then" if killed == "continuation" else "mid~1"
     async with fault_rig(
         tmp_path, monkeypatch, HANG=hang, DEADLINE="8", **SHORT_LEASE
     ) as rig:

@@ -139,7 +139,7 @@ async def test_a_group_step_in_a_chain_writes_every_option(
         Signature.of("after"),
         chain_id="c1",
     ).kiq(broker)
-    meta, pttl = await read_back(client, GroupKeys(key_prefix, "c1.0"))
+    meta, pttl = await read_back(client, GroupKeys(key_prefix, "c1~0"))
     assert meta["total"] == "2"
     checks = {name: EVERY_OPTION[name] for name in step_options}
     assert failing(checks, meta, pttl) == set()

@@ -43,7 +43,7 @@ def test_a_malformed_member_label_is_not_ours(value: str) -> None:
 
 
 def test_a_member_label_as_written_is_read_back() -> None:
-    ref = MemberRef(group_id="album-7.r2", index=12, token="a1b2c3")
+    ref = MemberRef(group_id="album-7~3~r2", index=12, token="a1b2c3")
     assert MemberRef.from_labels(ref.label()) == ref
 
 

@@ -47,7 +47,7 @@ async def batcher(fake_redis: Redis, keys: GroupKeys) -> OutcomeBatcher:
 def member(keys: GroupKeys, index: int) -> TaskiqMessage:
     """The message of member ``index`` of the group."""
     return TaskiqMessage(
-        task_id=f"{keys.group_id}.{index}",
+        task_id=f"{keys.group_id}~{index}",
         task_name="member",
         labels={MEMBER_LABEL: f"{keys.group_id}/{index}/{TOKEN}"},
         args=[],

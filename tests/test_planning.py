@@ -50,7 +50,7 @@ async def test_the_ledger_is_durable_before_the_first_kick(
         await group(members, group_id="half").kiq(broker)
 
     keys = GroupKeys("plan", "half")
-    assert broker.kicked == ["half.0", "half.1"]
+    assert broker.kicked == ["half~0", "half~1"]
     assert await fake_redis.hlen(keys.plan) == 5  # the sweep can finish it
     assert await fake_redis.hget(keys.meta, "planned") == b"0"
     status = await group_status(fanin, "half")
@@ -72,7 +72,7 @@ async def test_planning_the_same_group_id_twice_fans_out_once(
     second = await group(members, group_id="once").kiq(broker)
 
     assert (first.created, second.created) == (True, False)
-    assert broker.kicked == ["once.0", "once.1", "once.2"]
+    assert broker.kicked == ["once~0", "once~1", "once~2"]
     assert (await second.status()).planned
 
 
@@ -123,7 +123,7 @@ async def test_planning_again_after_the_planner_died_dispatches_the_rest(
         await group(members, group_id="retry").kiq(broker)
     broker.fail_from = 100
     soon = await group(members, group_id="retry").kiq(broker)  # planner may live
-    assert sorted(broker.kicked) == ["retry.0", "retry.1"]
+    assert sorted(broker.kicked) == ["retry~0", "retry~1"]
     await eventually(
         lambda: _older_than_lease(fanin, "retry"), what="the planner's lease to end"
     )
@@ -132,8 +132,8 @@ async def test_planning_again_after_the_planner_died_dispatches_the_rest(
     assert (soon.created, later.created) == (False, False)
     # Every member without an outcome is kicked again (0 and 1 may be queued
     # still: a second delivery is harmless); the never-sent ones once.
-    assert sorted(set(broker.kicked)) == [f"retry.{i}" for i in range(5)]
-    assert [broker.kicked.count(f"retry.{i}") for i in (2, 3, 4)] == [1, 1, 1]
+    assert sorted(set(broker.kicked)) == [f"retry~{i}" for i in range(5)]
+    assert [broker.kicked.count(f"retry~{i}") for i in (2, 3, 4)] == [1, 1, 1]
     assert (await later.status()).planned
 
 
@@ -163,5 +163,5 @@ async def test_an_empty_group_whose_create_reply_was_lost_still_continues_at_onc
     monkeypatch.setattr(scripts, "create_group", reply_lost)
     await group([], then=then, group_id="empty").kiq(broker)
 
-    assert broker.kicked == ["empty.then"]
+    assert broker.kicked == ["empty~then"]
     assert (await group_status(fanin, "empty")).state.value == "dispatched"

@@ -142,12 +142,18 @@ def test_every_script_name_states_the_number_of_keys_it_uses() -> None:
     # The wrappers pass every key of a group, or of a chain's record.
     group_keys, chain_keys = len(GroupKeys("p", "g").all), len(ChainKeys("p", "c").all)
     takes = {name: int(f.split("-")[1][0]) for name, f in GROUP_SCRIPT_FILES.items()}
-    # The sweep's lock and its indexes are keys of their own.
-    assert {n for n, k in takes.items() if k != group_keys} == {
-        "release_lock",
-        "schedule",
+    # The sweep's lock and its indexes are keys of their own; creating a group
+    # also looks at the record of a chain of the same id.
+    assert {n: k for n, k in takes.items() if k != group_keys} == {
+        "release_lock": 1,
+        "schedule": 1,
+        "create_group": group_keys + 1,
     }
-    assert all(f.endswith(f"-{chain_keys}.lua") for f in CHAIN_SCRIPT_FILES.values())
+    chain_takes = {n: int(f.split("-")[1][0]) for n, f in CHAIN_SCRIPT_FILES.items()}
+    # Starting a chain also looks at the meta of a group of the same id.
+    assert {n: k for n, k in chain_takes.items() if k != chain_keys} == {
+        "start": chain_keys + 1
+    }
 
 
 async def test_create_writes_meta_and_ledger_with_ttls(

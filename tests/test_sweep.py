@@ -63,7 +63,7 @@ async def test_a_member_never_dispatched_is_reported_then_redriven_once(
     async def then(result: GroupResult) -> None:
         results.append(result)
 
-    broker.drop = {"lost.2"}
+    broker.drop = {"lost~2"}
     async with worker(broker, max_async_tasks=5):
         members = [Signature.of(member, i) for i in range(4)]
         await group(members, then=then, group_id="lost", deadline=SHORT).kiq(broker)
@@ -257,7 +257,7 @@ async def test_give_up_runs_the_continuation_once_with_the_lost_members(
     async def then(result: GroupResult) -> None:
         results.append(result)
 
-    broker.drop = {"partial.1", "partial.3"}
+    broker.drop = {"partial~1", "partial~3"}
     async with worker(broker, max_async_tasks=5):
         members = [Signature.of(member, i) for i in range(4)]
         await group(
@@ -274,7 +274,7 @@ async def test_give_up_runs_the_continuation_once_with_the_lost_members(
         # A lost member that turns up after all changes nothing.
         await (
             member.kicker()
-            .with_task_id("partial.1")
+            .with_task_id("partial~1")
             .with_labels(fanin_member=f"partial/1/{await _token(fanin, 'partial')}")
             .kiq(1)
         )
@@ -311,7 +311,7 @@ async def test_two_sweeps_at_the_same_moment_act_once(
     await broker.startup()
     try:
         for name in ("a", "b", "c"):
-            broker.drop.add(f"{name}.0")
+            broker.drop.add(f"{name}~0")
             await group(
                 [Signature.of(member, 0), Signature.of(member, 1)],
                 group_id=name,
@@ -340,7 +340,7 @@ async def test_redrives_stop_at_the_maximum(redis_url: str, key_prefix: str) -> 
 
     await broker.startup()
     try:
-        broker.drop = {"g.0"}
+        broker.drop = {"g~0"}
         await group([Signature.of(member, 0)], group_id="g", deadline=SHORT).kiq(broker)
         await eventually(lambda: overdue(fanin, "g"), what="the deadline")
         first = await sweep(fanin, policy="redrive")
@@ -379,7 +379,7 @@ async def test_the_sweep_task_is_scheduled_by_taskiq_and_returns_its_report(
     assert sweep_task.task_name == SWEEP_TASK_NAME
 
     async with worker(broker, max_async_tasks=2):
-        broker.drop = {"s.0"}
+        broker.drop = {"s~0"}
         await group([Signature.of(member, 0)], group_id="s", deadline=SHORT).kiq(broker)
         await eventually(lambda: overdue(fanin, "s"), what="the deadline")
         sent = SentMessages()
@@ -478,7 +478,7 @@ async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
     async def then(result: GroupResult) -> None:
         ran.append(result)
 
-    broker.drop = {"cont.then"}  # the continuation's message is lost on its way
+    broker.drop = {"cont~then"}  # the continuation's message is lost on its way
     async with worker(broker, max_async_tasks=5):
         members = [Signature.of(member, i) for i in range(2)]
         await group(members, then=then, group_id="cont", deadline=SHORT).kiq(broker)
@@ -531,7 +531,7 @@ async def test_a_chain_whose_next_step_was_lost_is_reported_then_redriven(
         ran.append(f"transcode {meta}")
 
     async with worker(broker, max_async_tasks=2):
-        broker.drop = {"video.1"}  # lost on its way, as if the worker died
+        broker.drop = {"video~1"}  # lost on its way, as if the worker died
         handle = await chain(
             Signature.of(probe, "cat"), Signature.of(transcode), chain_id="video"
         ).kiq(broker)

@@ -28,6 +28,7 @@ from taskiq_fanin import (
     group_status,
     sweep,
 )
+from taskiq_fanin.model.ids import member_task_id, step_id
 from tests.harness import eventually, lossy_stream_broker, stream_broker, worker
 
 #: The renamed handler: the planner knows it, the worker and the sweep do not.
@@ -181,7 +182,7 @@ async def test_group_members_no_worker_knows_are_left_and_the_known_missing_redr
         Signature.of(UNKNOWN, "a.tar"),
         Signature.of(UNKNOWN, "b.tar"),
     ]
-    deploy.planner.drop = {"fleet.1"}  # a known member lost on its way
+    deploy.planner.drop = {member_task_id("fleet", 1)}  # a known member lost on its way
     await deploy.planner.startup()
     try:
         async with worker(deploy.workers, max_async_tasks=4):
@@ -229,7 +230,9 @@ async def test_group_members_no_worker_knows_are_left_and_the_known_missing_redr
         assert (finding.missing, finding.unknown_tasks) == ([1, 2, 3], [UNKNOWN])
         assert finding.note == note
     assert first.findings[0].applied is True
-    assert [json.loads(data)["task_id"] for data in rekicked] == ["fleet.1"]
+    assert [json.loads(data)["task_id"] for data in rekicked] == [
+        member_task_id("fleet", 1)
+    ]
     assert sorted(deploy.built) == ["a", "b"]
     (left,) = second.findings
     assert (left.missing, left.unknown_tasks, left.note) == ([2, 3], [UNKNOWN], note)
@@ -294,7 +297,7 @@ async def test_a_slow_step_that_ends_after_the_give_up_moves_the_chain_no_more(
     assert "at step 1 of 2 (deploy:slow)" in status.error.message
     assert "unknown" not in status.error.message
     assert ran == ["slow", "slow ended"]  # the next step never ran
-    assert "slow.1" not in task_ids  # nor was it kicked
+    assert step_id("slow", 1) not in task_ids  # nor was it kicked
     assert [f.step_name for f in failures] == ["deploy:slow"]
 
 
@@ -315,7 +318,8 @@ async def test_a_chain_member_given_up_on_is_recorded_failed_in_its_group(
             ).kiq(deploy.planner)
             await eventually(lambda: deploy.built == ["edge"], what="step 1")
             await eventually(
-                lambda: chain_stuck(deploy.fanin, "edges.0"), what="the deadline"
+                lambda: chain_stuck(deploy.fanin, member_task_id("edges", 0)),
+                what="the deadline",
             )
             report = await sweep(deploy.fanin, policy="give_up")
             await eventually(lambda: len(deploy.reports) == 1, what="the group's end")
@@ -325,7 +329,9 @@ async def test_a_chain_member_given_up_on_is_recorded_failed_in_its_group(
     finally:
         await deploy.planner.shutdown()
 
-    assert [(f.group_id, f.applied) for f in report.findings] == [("edges.0", True)]
+    assert [(f.group_id, f.applied) for f in report.findings] == [
+        (member_task_id("edges", 0), True)
+    ]
     (result,) = deploy.reports
     assert result.failed_count == 1
     assert result.failed[0].type == "ChainGivenUpError"

@@ -56,10 +56,10 @@ async def follow(chain_id: str, timeout: float) -> ChainStatus:
 
 
 async def compensations(chain_id: str, timeout: float) -> ChainStatus:
-    """The compensations' own chain (``<id>.undo``), once it has ended."""
+    """The compensations' own chain (``<id>~undo``), once it has ended."""
     deadline = time.monotonic() + timeout
     while True:
-        undo = await chain_status(broker, f"{chain_id}.undo")
+        undo = await chain_status(broker, f"{chain_id}~undo")
         over = undo.state in {ChainState.DONE, ChainState.FAILED}
         if over or time.monotonic() > deadline:
             return undo

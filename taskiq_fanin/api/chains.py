@@ -10,7 +10,7 @@ from taskiq_fanin.context import FanInContext
 from taskiq_fanin.model.results import ChainStatus
 from taskiq_fanin.model.signature import Signature, TaskRef, as_signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
-from taskiq_fanin.store.keys import validate_group_id
+from taskiq_fanin.store.keys import validate_chain_id
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Chain(ChainSpec):
         """Start the chain on ``broker``: its record, then its first step."""
         ctx = context_of(broker)
         chain_id = (
-            validate_group_id(self.chain_id)
+            validate_chain_id(self.chain_id)
             if self.chain_id is not None
             else uuid.uuid4().hex
         )

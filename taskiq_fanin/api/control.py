@@ -1,13 +1,42 @@
-"""Looking at groups and chains by id, and cancelling them."""
+"""Looking at groups and chains by id, and cancelling them.
 
+One id names a group or a chain, never both (creating the second is refused);
+ids written before that rule may name both, and every lookup by id goes through
+:func:`resolve`, which takes the group first, then the chain.
+"""
+
+import enum
 from datetime import datetime
 
 from taskiq_fanin.api.broker import Target, context_of
 from taskiq_fanin.chains import record, saga
+from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import inspection
 from taskiq_fanin.groups.continuation import cancel_group
 from taskiq_fanin.groups.inspection import DEFAULT_LIST_LIMIT
-from taskiq_fanin.model.results import ChainState, ChainStatus, GroupState, GroupStatus
+from taskiq_fanin.model.results import ChainStatus, GroupStatus
+from taskiq_fanin.store.keys import ChainKeys, GroupKeys, validate_lookup_id
+
+
+class Kind(enum.Enum):
+    """What an id names."""
+
+    GROUP = "group"
+    CHAIN = "chain"
+
+
+async def resolve(ctx: FanInContext, workflow_id: str) -> Kind | None:
+    """Whether ``workflow_id`` names a group or a chain (``None``: neither).
+
+    A group first, then a chain: the one order for every lookup by id.
+    """
+    validate_lookup_id(workflow_id)
+    prefix = ctx.config.prefix
+    if await ctx.redis.exists(GroupKeys(prefix, workflow_id).meta):
+        return Kind.GROUP
+    if await ctx.redis.exists(ChainKeys(prefix, workflow_id).record):
+        return Kind.CHAIN
+    return None
 
 
 async def group_status(target: Target, group_id: str) -> GroupStatus:
@@ -21,21 +50,20 @@ async def chain_status(target: Target, chain_id: str) -> ChainStatus:
 
 
 async def status(target: Target, workflow_id: str) -> GroupStatus | ChainStatus:
-    """The status of a group, or else of a chain, started through ``target``.
+    """The status of the group, or else the chain, of this id (:func:`resolve`).
 
     A ``GroupStatus`` in state ``missing`` when neither exists.
     """
     ctx = context_of(target)
-    found = await inspection.status(ctx, workflow_id)
-    if found.state is not GroupState.MISSING:
-        return found
-    chain_found = await record.status(ctx, workflow_id)
-    return chain_found if chain_found.state is not ChainState.MISSING else found
+    if await resolve(ctx, workflow_id) is Kind.CHAIN:
+        return await record.status(ctx, workflow_id)
+    return await inspection.status(ctx, workflow_id)
 
 
 async def cancel(target: Target, workflow_id: str) -> bool:
-    """Cancel a chain or a group by id; False if it is not running.
+    """Cancel the group, or else the chain, of this id; False if not running.
 
+    The id is looked up as everywhere (:func:`resolve`: a group first).
     A cancelled chain runs no further step (a step about to start sees the flag)
     and the compensations of its completed steps run. A cancelled group runs no
     continuation; members already enqueued still run (their outcomes are
@@ -43,9 +71,12 @@ async def cancel(target: Target, workflow_id: str) -> bool:
     ``cancellable=True``, whose members check the flag first.
     """
     ctx = context_of(target)
-    if await saga.cancel(ctx, workflow_id):
-        return True
-    return await cancel_group(ctx, workflow_id)
+    kind = await resolve(ctx, workflow_id)
+    if kind is Kind.GROUP:
+        return await cancel_group(ctx, workflow_id)
+    if kind is Kind.CHAIN:
+        return await saga.cancel(ctx, workflow_id)
+    return False
 
 
 async def list_groups(

@@ -4,7 +4,7 @@ import functools
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, ParamSpec, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, overload
 
 from taskiq import TaskiqMessage
 from taskiq.decor import AsyncTaskiqDecoratedTask
@@ -20,11 +20,11 @@ from taskiq_fanin.model.errors import (
     MiddlewareNotFoundError,
     shown,
 )
-from taskiq_fanin.model.labels import depth_of
+from taskiq_fanin.model.ids import is_derived, is_valid_id
+from taskiq_fanin.model.labels import ContinuationRef, MemberRef, depth_of
 from taskiq_fanin.model.options import GroupOptions
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
-from taskiq_fanin.store.keys import is_valid_id
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -77,15 +77,16 @@ def group_task(
             if inspect.isawaitable(returned):
                 returned = await returned
             spec = _as_group(message.task_name, returned)
+            group_id = spec.group_id or _own_id(message)
             planned = GroupSpec(
                 members=spec.members,
                 options=defaults.overridden_by(spec.options),
-                group_id=spec.group_id or _own_id(message),
+                group_id=group_id,
             )
             depth = nesting_depth(message) + 1
-            return (
-                await plan_group(ctx, validate_group(ctx, planned, depth=depth))
-            ).group_id
+            derived = spec.group_id is None and is_derived(group_id)
+            plan = validate_group(ctx, planned, depth=depth, derived_id=derived)
+            return (await plan_group(ctx, plan)).group_id
 
         fan_out.__annotations__ = {**body.__annotations__, "return": str}
         return fan_out
@@ -105,8 +106,30 @@ def _as_group(task_name: str, returned: object) -> GroupSpec:
 
 
 def _own_id(message: TaskiqMessage) -> str:
-    """The fan-out's task id, where it can name a group (else a fresh id)."""
-    return message.task_id if is_valid_id(message.task_id) else uuid.uuid4().hex
+    """The fan-out's task id, where it can name a group (else a fresh id).
+
+    A task id of the shape the library derives is taken only when the message's
+    own labels show the library gave it (a group's member, its continuation, a
+    chain's step): a task id set by hand cannot take a derived group id.
+    """
+    task_id = message.task_id
+    if is_valid_id(task_id) or task_id in _derived_task_ids(message.labels):
+        return task_id
+    return uuid.uuid4().hex
+
+
+def _derived_task_ids(labels: dict[str, Any]) -> set[str]:
+    """The task ids the library gives a message with these labels."""
+    refs = (
+        MemberRef.from_labels(labels),
+        ContinuationRef.from_labels(labels),
+        ChainCursor.from_labels(labels),
+    )
+    return {
+        ref.step_id if isinstance(ref, ChainCursor) else ref.task_id
+        for ref in refs
+        if ref is not None
+    }
 
 
 def nesting_depth(message: TaskiqMessage) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from taskiq_fanin.model.ids import step_id
 from taskiq_fanin.model.labels import not_ours
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import Step
@@ -39,7 +40,7 @@ class ChainCursor(BaseModel):
     @property
     def step_id(self) -> str:
         """The task id of this step (and the group id, when the step is a group)."""
-        return f"{self.id}.{self.index}"
+        return step_id(self.id, self.index)
 
     @classmethod
     def from_labels(cls, labels: dict[str, Any]) -> "ChainCursor | None":

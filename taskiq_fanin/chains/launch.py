@@ -24,10 +24,12 @@ from taskiq_fanin.groups.validation import (
     validate_kick,
 )
 from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.errors import IdInUseError, shown
 from taskiq_fanin.model.labels import MemberRef
 from taskiq_fanin.model.results import ChainState
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec, step_name
+from taskiq_fanin.store.replies import Started
 
 #: Stands for "no previous result": the first step, or one the sweep repeats.
 NOTHING: Any = object()
@@ -46,6 +48,7 @@ async def start(
 
     ``checked``: the library starts a plan it checked already (a group's chain
     member, compensations): see :func:`validate_chain`.
+    A group of the same id refuses it (``IdInUseError``): nothing is left of it.
     """
     validate_chain(ctx, spec, depth=depth, checked=checked)
     first = spec.steps[0]
@@ -62,8 +65,8 @@ async def start(
     )
     # The sweep looks at the chain once its deadline passes with no move; the
     # entry goes first, so that no record is ever out of the index.
-    await index.add(ctx, chain_id, ms(ctx.config.deadline), chains=True)
-    created = await ctx.chain_scripts.start(
+    indexed = await index.add(ctx, chain_id, ms(ctx.config.deadline), chains=True)
+    started = await ctx.chain_scripts.start(
         record.keys_of(ctx, chain_id),
         token=cursor.token,
         names=json.dumps([step_name(step) for step in spec.steps]),
@@ -73,9 +76,13 @@ async def start(
         span_ms=ms(ctx.config.deadline),
         member=cursor.member or "",
     )
-    if created:
+    if started is Started.ID_IN_USE:
+        if indexed:
+            await index.remove(ctx, chain_id, chains=True)
+        raise IdInUseError(workflow_id=shown(chain_id), holder="group")
+    if started is Started.CREATED:
         await kick_step(ctx, cursor, first, previous=NOTHING)
-    return created
+    return started is Started.CREATED
 
 
 async def start_member(
@@ -175,7 +182,12 @@ def _group_plan(
     members = tuple(_with_previous(member, previous) for member in step.members)
     spec = GroupSpec(members=members, options=options, group_id=cursor.step_id)
     return validate_group(
-        ctx, spec, depth=cursor.depth + 1, token=delivery, chain_step=True
+        ctx,
+        spec,
+        depth=cursor.depth + 1,
+        token=delivery,
+        chain_step=True,
+        derived_id=True,
     )
 
 

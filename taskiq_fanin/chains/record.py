@@ -18,12 +18,7 @@ from taskiq_fanin.model.results import (
     StepError,
     from_millis,
 )
-from taskiq_fanin.store.keys import (
-    LONGEST_DERIVED_ID,
-    ChainKeys,
-    chain_index_key,
-    validate_group_id,
-)
+from taskiq_fanin.store.keys import ChainKeys, chain_index_key, validate_chain_id
 from taskiq_fanin.store.replies import Begin
 from taskiq_fanin.store.scripts import text
 
@@ -41,7 +36,7 @@ async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
 
     With Redis's clock at the read, which its age goes by while it runs.
     """
-    validate_group_id(chain_id, longest=LONGEST_DERIVED_ID)
+    validate_chain_id(chain_id, derived=True)
     found = await ctx.chain_scripts.read(keys_of(ctx, chain_id))
     read_at = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     return status_from_record(chain_id, found, read_at=read_at)

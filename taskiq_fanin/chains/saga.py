@@ -3,7 +3,7 @@
 A step that fails for good stops its chain: the record says ``failing``,
 ``on_error`` is kicked with a ``ChainFailure``, the compensations of the steps
 already completed are started, last first, as a chain of their own
-(``<chain id>.undo``) that goes on past a compensation that fails for good
+(``<chain id>~undo``) that goes on past a compensation that fails for good
 (each is attempted once; the failures are recorded in its status); then the
 record says ``failed``. A crash in between leaves it ``failing``, and the sweep
 does the rest (``finish_failing``). A chain the sweep gives up on (stuck at a
@@ -22,10 +22,16 @@ from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
 from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import FanInError
+from taskiq_fanin.model.ids import (
+    chain_on_error_id,
+    step_id,
+    step_undo_id,
+    undo_chain_id,
+    validate_chain_id,
+)
 from taskiq_fanin.model.results import ChainFailure, ChainState, MemberError, StepError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
-from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, validate_group_id
 from taskiq_fanin.store.replies import Cancelled, Failed
 
 
@@ -43,10 +49,10 @@ async def after_failure(
         )
         await (
             cursor.on_error.kicker(ctx.kicker)
-            .with_task_id(f"{cursor.id}.on_error")
+            .with_task_id(chain_on_error_id(cursor.id))
             .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
         )
-    await compensate(ctx, f"{cursor.id}.undo", compensations)
+    await compensate(ctx, undo_chain_id(cursor.id), compensations)
     await ctx.chain_scripts.failed(record.keys_of(ctx, cursor.id), token=cursor.token)
 
 
@@ -126,14 +132,9 @@ async def undo_cancelled_step(
     """
     if undo and cursor.undo is not None:
         await compensate(
-            ctx, _step_undo_id(cursor.id, cursor.index), [cursor.undo.to_ledger()]
+            ctx, step_undo_id(cursor.id, cursor.index), [cursor.undo.to_ledger()]
         )
     await end_member(ctx, cursor, cancelled_result(), delivery=delivery)
-
-
-def _step_undo_id(chain_id: str, step: int) -> str:
-    """The id of the compensation of a step that ran while its chain was cancelled."""
-    return f"{chain_id}.undo{step}"
 
 
 async def cancel(ctx: FanInContext, chain_id: str) -> bool:
@@ -143,7 +144,7 @@ async def cancel(ctx: FanInContext, chain_id: str) -> bool:
     call that failed half-way (Redis away) is finished by the next one, or by
     the sweep.
     """
-    validate_group_id(chain_id, longest=LONGEST_DERIVED_ID)
+    validate_chain_id(chain_id, derived=True)
     cancelled = await ctx.chain_scripts.cancel(record.keys_of(ctx, chain_id))
     if cancelled is None:
         return False
@@ -162,14 +163,14 @@ async def _carry_out(ctx: FanInContext, chain_id: str, cancelled: Cancelled) -> 
     """What a cancel does besides the record's move; each part once, however often.
 
     If the chain is at a group step, that group continues nothing now; the
-    compensations start as ``<chain id>.undo`` (started once); the group member
+    compensations start as ``<chain id>~undo`` (started once); the group member
     the chain is counts as cancelled (recorded once). A step running meanwhile
     undoes itself when it ends.
     """
-    await cancel_group(ctx, f"{chain_id}.{cancelled.step}")
-    await compensate(ctx, f"{chain_id}.undo", cancelled.compensations)
+    await cancel_group(ctx, step_id(chain_id, cancelled.step))
+    await compensate(ctx, undo_chain_id(chain_id), cancelled.compensations)
     if cancelled.step_undo:
-        undo_id = _step_undo_id(chain_id, cancelled.step)
+        undo_id = step_undo_id(chain_id, cancelled.step)
         await compensate(ctx, undo_id, [cancelled.step_undo])
     fields = {"state": ChainState.CANCELLED.value, "member": cancelled.member}
     await settle_member(ctx, fields, delivery=new_delivery())

@@ -80,7 +80,7 @@ async def _redis_now(fanin: FanInMiddleware) -> datetime:
 
 
 async def _status(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
-    found = await status(fanin, args.id)  # a group first, then a chain
+    found = await status(fanin, args.id)  # resolve(): a group first, then a chain
     now = await _redis_now(fanin)
     if isinstance(found, GroupStatus):
         if found.state is GroupState.MISSING:

@@ -12,7 +12,6 @@ from taskiq_fanin.model.results import (
     from_millis,
 )
 from taskiq_fanin.store.keys import (
-    LONGEST_DERIVED_ID,
     GroupKeys,
     index_key,
     validate_group_id,
@@ -64,7 +63,7 @@ async def status(ctx: FanInContext, group_id: str) -> GroupStatus:
 
     With Redis's clock at the read, which its age and ``overdue()`` go by.
     """
-    validate_group_id(group_id, longest=LONGEST_DERIVED_ID)
+    validate_group_id(group_id, derived=True)
     raw = await ctx.redis.hgetall(GroupKeys(ctx.config.prefix, group_id).meta)
     meta = {text(k): text(v) for k, v in raw.items()}
     read_at = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)

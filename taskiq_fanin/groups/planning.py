@@ -18,6 +18,8 @@ from taskiq_fanin.groups import index
 from taskiq_fanin.groups.finalising import finalise
 from taskiq_fanin.groups.validation import GroupPlan
 from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.errors import IdInUseError, shown
+from taskiq_fanin.model.ids import redriven_member_id
 from taskiq_fanin.model.labels import CANCELLABLE_LABEL, DEPTH_LABEL, MemberRef
 from taskiq_fanin.model.options import GroupOptions
 from taskiq_fanin.model.results import GroupState
@@ -66,7 +68,10 @@ FINISHED = frozenset({GroupState.COMPLETED.value, GroupState.CANCELLED.value})
 
 
 async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
-    """Write the group's meta and ledger, then dispatch every member."""
+    """Write the group's meta and ledger, then dispatch every member.
+
+    A chain of the same id refuses it (``IdInUseError``): nothing is left of it.
+    """
     keys = GroupKeys(ctx.config.prefix, plan.group_id)
     deadline_ms = ms(plan.options.deadline)
 
@@ -101,9 +106,8 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
             raise got_group
         indexed, made = got_index, got_group
     created, token, state = made
-    if created is Created.EXISTS:
-        if indexed and state in FINISHED:
-            await index.remove(ctx, plan.group_id)  # over: nothing to sweep
+    if created in (Created.ID_IN_USE, Created.EXISTS):
+        await _not_created(ctx, plan.group_id, created, state, indexed=indexed)
         return Planned(group_id=plan.group_id, created=False)
     if created is Created.EXISTS_UNPLANNED:
         # An earlier planner died mid-dispatch: finish its work from the ledger.
@@ -126,6 +130,18 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
     if state == GroupState.CLAIMED.value and not plan.members and ours:
         await finalise(ctx, plan.group_id, token, claimant=claimant)
     return Planned(group_id=plan.group_id, created=created is Created.CREATED)
+
+
+async def _not_created(
+    ctx: FanInContext, group_id: str, created: Created, state: str, *, indexed: bool
+) -> None:
+    """Take back an index entry nothing needs; raise if a chain holds the id."""
+    if created is Created.ID_IN_USE:
+        if indexed:
+            await index.remove(ctx, group_id)  # nothing of the group was written
+        raise IdInUseError(workflow_id=shown(group_id), holder="chain")
+    if indexed and state in FINISHED:
+        await index.remove(ctx, group_id)  # over: nothing to sweep
 
 
 async def _undispatched(
@@ -156,7 +172,7 @@ async def dispatch_members(
     """Kick members with their group label and deterministic task ids.
 
     Kicking a member twice is harmless: its outcome is recorded once. A member
-    that is a chain starts under the id ``<group>.<index>`` (``.r<attempt>`` added
+    that is a chain starts under the id ``<group>~<index>`` (``~r<attempt>`` added
     when the sweep re-drives it: a re-driven chain starts over, unless one of its
     earlier chains has ended: that one is recorded instead).
     """
@@ -171,7 +187,10 @@ async def dispatch_members(
             if isinstance(member, ChainSpec):
                 ids = [
                     ref.task_id,
-                    *(f"{ref.task_id}.r{n}" for n in range(1, attempt + 1)),
+                    *(
+                        redriven_member_id(ref.task_id, n)
+                        for n in range(1, attempt + 1)
+                    ),
                 ]
                 await ctx.start_chain(
                     ctx,

@@ -25,7 +25,7 @@ from taskiq_fanin.model.errors import (
 from taskiq_fanin.model.options import ResolvedGroupOptions
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec, member_to_ledger
-from taskiq_fanin.store.keys import LONGEST_DERIVED_ID, LONGEST_ID, validate_group_id
+from taskiq_fanin.store.keys import validate_group_id
 
 #: What cannot be serialized raises one of these.
 _NOT_SERIALIZABLE = (PydanticSerializationError, TypeError, ValueError)
@@ -54,13 +54,16 @@ def validate_group(
     depth: int = 1,
     token: str | None = None,
     chain_step: bool = False,
+    derived_id: bool = False,
 ) -> GroupPlan:
     """Check a group and serialize its ledger, raising before anything is written.
 
     ``token``: the group's, when a planner that may retry chose it (planning
     again with it goes on dispatching); a fresh one otherwise. ``chain_step``:
     the continuations are the chain's own, carrying the rest of its plan (checked
-    when it started), not held to ``max_member_bytes``.
+    when it started), not held to ``max_member_bytes``. ``derived_id``: the
+    library derived the group's id (a chain's step, a ``@group_task`` member):
+    it is checked as such; a caller's id may not look like one.
     """
     _check_group(ctx, spec, depth=depth)
     limit = ctx.config.max_member_bytes
@@ -73,9 +76,8 @@ def validate_group(
         if continuation is not None:
             what = f"the continuation {name}"
             _serialized(what, continuation, None if chain_step else limit)
-    longest = LONGEST_ID if depth == 1 else LONGEST_DERIVED_ID
     return GroupPlan(
-        group_id=validate_group_id(spec.group_id, longest=longest)
+        group_id=validate_group_id(spec.group_id, derived=derived_id)
         if spec.group_id is not None
         else uuid.uuid4().hex,
         members=spec.members,

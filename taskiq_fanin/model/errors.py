@@ -47,6 +47,31 @@ class InvalidGroupIdError(InvalidGroupError):
     group_id: str
 
 
+class InvalidChainIdError(InvalidGroupError):
+    """A chain id that would break the Redis hash tag or key layout."""
+
+    __template__ = "Invalid chain id {chain_id}: {reason}"
+    chain_id: str
+
+
+class InvalidWorkflowIdError(InvalidGroupIdError, InvalidChainIdError):
+    """An id looked up as a group or a chain (``status``, ``cancel``): neither."""
+
+    __template__ = "Invalid group or chain id {group_id}: {reason}"
+
+
+class IdInUseError(FanInError, ValueError):
+    """A group and a chain cannot share an id: the second is refused unwritten."""
+
+    __template__ = (
+        "The id {workflow_id} is taken by a {holder}: a group and a chain cannot "
+        "share an id, pick another"
+    )
+    workflow_id: str
+    #: What holds the id: ``group`` or ``chain``.
+    holder: str
+
+
 class InvalidOptionError(FanInError, ValueError):
     """An option (TTL, deadline, policy, ...) outside its allowed range."""
 

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from taskiq_fanin.model.ids import LONGEST_DERIVED_ID, is_valid_id
+from taskiq_fanin.model.ids import continuation_task_id, is_valid_id, member_task_id
 
 logger = logging.getLogger("taskiq_fanin")
 
@@ -60,7 +60,7 @@ def _group(group_id: str, token: str) -> bool:
         0 < len(token) <= _LONGEST_TOKEN
         and token.isascii()
         and token.isalnum()
-        and is_valid_id(group_id, longest=LONGEST_DERIVED_ID)
+        and is_valid_id(group_id, derived=True)
     )
 
 
@@ -84,7 +84,7 @@ class MemberRef:
     @property
     def task_id(self) -> str:
         """Deterministic task id: a re-driven member is the same task."""
-        return f"{self.group_id}.{self.index}"
+        return member_task_id(self.group_id, self.index)
 
     @classmethod
     def from_labels(cls, labels: dict[str, Any]) -> "MemberRef | None":
@@ -119,7 +119,7 @@ class ContinuationRef:
     @property
     def task_id(self) -> str:
         """Deterministic task id: the sweep's re-dispatch is the same task."""
-        return f"{self.group_id}.{self.kind}"
+        return continuation_task_id(self.group_id, self.kind)
 
     @classmethod
     def from_labels(cls, labels: dict[str, Any]) -> "ContinuationRef | None":

@@ -6,7 +6,7 @@ shared :class:`PipelineBatcher`, so a burst of chains shares a few connections.
 
 from typing import Any
 
-from taskiq_fanin.store.keys import ChainKeys
+from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher, ScriptBatcher
 from taskiq_fanin.store.replies import (
     Advanced,
@@ -14,6 +14,7 @@ from taskiq_fanin.store.replies import (
     Cancelled,
     Failed,
     Finished,
+    Started,
     flat_hash,
 )
 from taskiq_fanin.store.scripts import CHAIN_SCRIPT_FILES, RedisClient, register, text
@@ -45,13 +46,16 @@ class ChainScripts:
         pending: str,
         span_ms: int,
         member: str = "",
-    ) -> bool:
-        """Create the record; False when the chain id exists.
+    ) -> Started:
+        """Create the record, unless the chain exists or a group holds the id.
 
+        ``ID_IN_USE``: a group holds it, nothing was written.
         ``member``: the label of the group member the chain is, if it is one.
         """
         args: Args = [token, steps, names, ttl_ms, pending, span_ms, member]
-        return bool(await self._call("start", keys, args))
+        group_meta = GroupKeys(keys.prefix, keys.chain_id).meta
+        reply = await self._scripts["start"](keys=[*keys.all, group_meta], args=args)
+        return Started(int(reply))
 
     async def advance(
         self,

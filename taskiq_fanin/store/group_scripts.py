@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from taskiq_fanin.store import replies
-from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
 from taskiq_fanin.store.pipeline import Command, PipelineBatcher, ScriptBatcher
 from taskiq_fanin.store.replies import (
@@ -71,11 +71,13 @@ class GroupScripts:
         """Write meta (with ``options``) and ledger, times on Redis's clock.
 
         Returns the code, the group's token and its state: ``claimed`` for a
-        new empty group, which ``claimant`` finalises at once.
+        new empty group, which ``claimant`` finalises at once. ``ID_IN_USE``:
+        a chain holds the id, nothing was written.
         """
         pairs = [value for item in options.items() for value in item]
+        chain_record = ChainKeys(keys.prefix, keys.group_id).record
         code, group_token, *state = await self._scripts["create_group"](
-            keys=keys.all,
+            keys=[*keys.all, chain_record],
             args=[
                 token,
                 planner_lease_ms,

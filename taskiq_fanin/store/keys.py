@@ -12,7 +12,9 @@ from taskiq_fanin.model.ids import (
     LONGEST_DERIVED_ID,
     LONGEST_ID,
     is_valid_id,
+    validate_chain_id,
     validate_group_id,
+    validate_lookup_id,
 )
 
 __all__ = [
@@ -25,7 +27,9 @@ __all__ = [
     "index_key",
     "is_valid_id",
     "sweep_lock_key",
+    "validate_chain_id",
     "validate_group_id",
+    "validate_lookup_id",
 ]
 
 

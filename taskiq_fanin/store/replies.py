@@ -19,6 +19,17 @@ class Created(enum.IntEnum):
     #: It exists, but its planner died before dispatching every member (it has
     #: not been planned a planner lease after its creation).
     EXISTS_UNPLANNED = 3
+    #: A chain holds the id: nothing was written.
+    ID_IN_USE = 4
+
+
+class Started(enum.IntEnum):
+    """Result of ``startChain``."""
+
+    EXISTS = 0
+    CREATED = 1
+    #: A group holds the id: nothing was written.
+    ID_IN_USE = 2
 
 
 class Begin(enum.IntEnum):

@@ -17,9 +17,10 @@ from taskiq_fanin.model.states import lua_table
 
 RedisClient = Redis | RedisCluster
 
-#: The scripts of a group, by wrapper name; they all take the group's 7 keys.
+#: The scripts of a group, by wrapper name; they all take the group's 7 keys
+#: (``createGroup`` also the record key of a chain of the same id).
 GROUP_SCRIPT_FILES = {
-    "create_group": "createGroup-7.lua",
+    "create_group": "createGroup-8.lua",
     "record_outcome": "recordOutcome-7.lua",
     "collect_outcomes": "collectOutcomes-7.lua",
     "mark_planned": "markPlanned-7.lua",
@@ -35,9 +36,10 @@ GROUP_SCRIPT_FILES = {
     "release_lock": "releaseLock-1.lua",
     "schedule": "scheduleGroup-1.lua",
 }
-#: The scripts of a chain's workflow record; they take its 2 keys.
+#: The scripts of a chain's workflow record; they take its 2 keys
+#: (``startChain`` also the meta key of a group of the same id).
 CHAIN_SCRIPT_FILES = {
-    "start": "startChain-2.lua",
+    "start": "startChain-3.lua",
     "advance": "advanceChain-2.lua",
     "finish": "finishChain-2.lua",
     "fail": "failChain-2.lua",

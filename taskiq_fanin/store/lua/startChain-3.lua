@@ -7,6 +7,8 @@
                    run_step, run_until, run_attempt, member, outcome, payload,
                    step_undo
   KEYS[2] comps    list: compensations of the completed steps, in step order
+  KEYS[3] meta     of a group of the same id: a group and a chain cannot share
+                   an id (same hash tag, same slot)
 
   ARGV[1] token
   ARGV[2] steps    number of steps
@@ -17,10 +19,14 @@
                    step's run lease)
   ARGV[7] member   the label of the group member the chain is, or ''
 
-  Returns 1 when created, 0 when the chain exists.
+  Returns 1 when created, 0 when the chain exists, 2 when a group holds the id
+  (nothing is written).
 ]]
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return 2
 end
 local now = now_ms()
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'state', 'running', 'step', 0,

@@ -5,6 +5,8 @@
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+  KEYS[8] the record of a chain of the same id: a group and a chain cannot
+          share an id (same hash tag, same slot)
 
   ARGV[1] token             random per group; members carry it in their labels
   ARGV[2] planner lease     ms after which an unplanned group's planner is dead
@@ -23,7 +25,8 @@
   the caller finalises it); {2, token, state} when the group exists;
   {3, token, state} when it exists unplanned and either its planner died (it has
   not been planned a planner lease after its creation) or this is its planner
-  again (the same token: a planner retrying), to dispatch what it has not.
+  again (the same token: a planner retrying), to dispatch what it has not;
+  {4, '', ''} when a chain holds the id: nothing is written.
 ]]
 local now = now_ms()
 local existing = redis.call('HMGET', KEYS[1], 'token', 'planned', 'created', 'state')
@@ -33,6 +36,9 @@ if existing[1] then
     return {3, existing[1], existing[4]}
   end
   return {2, existing[1], existing[4]}
+end
+if redis.call('EXISTS', KEYS[8]) == 1 then
+  return {4, '', ''}
 end
 
 local options = tonumber(ARGV[4])

@@ -1,0 +1,355 @@
+"""Ids on a real redis-server and real workers: a user's id never takes an id the
+library derives, a group and a chain never share an id, and one id is looked up
+the same way everywhere.
+"""
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from taskiq import SimpleRetryMiddleware
+
+from taskiq_fanin import (
+    ChainState,
+    ChainStatus,
+    GroupResult,
+    GroupState,
+    GroupStatus,
+    IdInUseError,
+    InvalidChainIdError,
+    InvalidGroupError,
+    Signature,
+    cancel,
+    chain,
+    chain_status,
+    group,
+    group_status,
+    group_task,
+    status,
+)
+from taskiq_fanin.api import group_task as group_task_module
+from taskiq_fanin.api.control import Kind, resolve
+from taskiq_fanin.model.ids import (
+    LONGEST_DERIVED_ID,
+    LONGEST_ID,
+    is_valid_id,
+    member_task_id,
+    redriven_member_id,
+    step_id,
+)
+from taskiq_fanin.store.keys import ChainKeys
+from tests.harness import (
+    DuplicatingMiddleware,
+    SentMessages,
+    eventually,
+    stream_broker,
+    worker,
+)
+
+
+async def test_a_dotted_group_id_does_not_take_a_chains_group_step(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, _ = stream_broker(redis_url, key_prefix)
+    ran: Counter[str] = Counter()
+
+    @broker.task
+    async def member(name: str) -> str:
+        ran[name] += 1
+        return name
+
+    @broker.task
+    async def joined(result: GroupResult) -> None:
+        ran["joined"] += 1
+
+    @broker.task
+    async def step(*values: object) -> str:
+        ran["step"] += 1
+        return "x"
+
+    async with worker(broker, max_async_tasks=4):
+        planned = await group(
+            [Signature.of(member, "u1"), Signature.of(member, "u2")],
+            then=Signature.of(joined),
+            group_id="vid.1",
+        ).kiq(broker)
+        await eventually(lambda: ran["joined"] == 1, what="the user's group to end")
+        handle = await chain(
+            Signature.of(step),
+            group([Signature.of(member, n).immutable() for n in ("a", "b")]),
+            Signature.of(step),
+            chain_id="vid",
+        ).kiq(broker)
+
+        async def chain_done() -> bool:
+            return (await handle.status()).state is ChainState.DONE
+
+        await eventually(chain_done, what="the chain 'vid' to end")
+        user_group = await group_status(broker, planned.group_id)
+
+    assert ran == Counter(u1=1, u2=1, joined=1, a=1, b=1, step=2)
+    assert user_group.state is GroupState.COMPLETED
+
+
+async def test_a_chain_cannot_take_a_groups_id_and_nothing_is_written(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, _ = stream_broker(redis_url, key_prefix, sent)
+
+    @broker.task
+    async def member(name: str) -> str:
+        return name
+
+    redis = Redis.from_url(redis_url)
+    try:
+        await broker.startup()
+        await group([Signature.of(member, "g")], group_id="dup").kiq(broker)
+        before = len(sent.sent)
+        with pytest.raises(IdInUseError, match=r"'dup'.*group"):
+            await chain(Signature.of(member, "c"), chain_id="dup").kiq(broker)
+        assert len(sent.sent) == before  # no step kicked
+        assert not await redis.exists(f"{key_prefix}:{{dup}}:chain")
+        assert await redis.zscore(f"{key_prefix}:chains", "dup") is None
+    finally:
+        await broker.shutdown()
+        await redis.aclose()
+
+
+async def test_a_group_cannot_take_a_chains_id_and_nothing_is_written(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, _ = stream_broker(redis_url, key_prefix, sent)
+
+    @broker.task
+    async def member(name: str) -> str:
+        return name
+
+    redis = Redis.from_url(redis_url)
+    try:
+        await broker.startup()
+        await chain(Signature.of(member, "c"), chain_id="dup").kiq(broker)
+        before = len(sent.sent)
+        with pytest.raises(IdInUseError, match=r"'dup'.*chain"):
+            await group([Signature.of(member, "g")], group_id="dup").kiq(broker)
+        assert len(sent.sent) == before  # no member kicked
+        assert not await redis.exists(f"{key_prefix}:{{dup}}:meta")
+        assert not await redis.exists(f"{key_prefix}:{{dup}}:plan")
+        assert await redis.zscore(f"{key_prefix}:index", "dup") is None
+    finally:
+        await broker.shutdown()
+        await redis.aclose()
+
+
+async def _legacy_twin(redis: Redis, prefix: str, chain_id: str, to: str) -> None:
+    """A group and a chain sharing ``to``, as ids written before the rule could."""
+    await redis.rename(ChainKeys(prefix, chain_id).record, ChainKeys(prefix, to).record)
+
+
+async def test_status_and_cancel_resolve_an_id_the_same_way(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix)
+
+    @broker.task
+    async def member(name: str) -> str:
+        return name
+
+    redis = Redis.from_url(redis_url)
+    try:
+        await broker.startup()  # no worker: everything stays open
+        await group([Signature.of(member, "g")], group_id="twin").kiq(broker)
+        await chain(Signature.of(member, "c"), chain_id="other").kiq(broker)
+        await _legacy_twin(redis, key_prefix, "other", "twin")
+        await chain(Signature.of(member, "c"), chain_id="lone").kiq(broker)
+        ctx = fanin.context
+
+        assert await resolve(ctx, "twin") is Kind.GROUP  # a group first
+        assert await resolve(ctx, "lone") is Kind.CHAIN
+        assert await resolve(ctx, "nobody") is None
+        assert isinstance(await status(broker, "twin"), GroupStatus)
+        assert isinstance(await status(broker, "lone"), ChainStatus)
+
+        assert await cancel(broker, "twin")  # the group, as status showed
+        assert (await group_status(broker, "twin")).state is GroupState.CANCELLED
+        assert (await chain_status(broker, "twin")).state is ChainState.RUNNING
+        assert await cancel(broker, "lone")
+        assert (await chain_status(broker, "lone")).state is ChainState.CANCELLED
+        assert not await cancel(broker, "nobody")
+    finally:
+        await broker.shutdown()
+        await redis.aclose()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda broker, step: chain(step, chain_id="c{1}").kiq(broker),
+        lambda broker, step: chain_status(broker, "c{1}"),
+        lambda broker, step: cancel(broker, "c{1}"),
+        lambda broker, step: status(broker, "c{1}"),
+    ],
+)
+async def test_a_bad_chain_id_says_chain_id(
+    redis_url: str, key_prefix: str, call: Any
+) -> None:
+    sent = SentMessages()
+    broker, _ = stream_broker(redis_url, key_prefix, sent)
+
+    @broker.task
+    async def step() -> None: ...
+
+    await broker.startup()
+    try:
+        with pytest.raises(InvalidChainIdError, match=r"chain id 'c\{1\}'"):
+            await call(broker, Signature.of(step))
+    finally:
+        await broker.shutdown()
+    assert sent.sent == []
+
+
+@pytest.mark.parametrize("kind", ["group", "chain"])
+async def test_a_callers_id_with_the_separator_is_refused(
+    redis_url: str, key_prefix: str, kind: str
+) -> None:
+    sent = SentMessages()
+    broker, _ = stream_broker(redis_url, key_prefix, sent)
+
+    @broker.task
+    async def step() -> None: ...
+
+    await broker.startup()
+    try:
+        spec = (
+            group([Signature.of(step)], group_id="vid~1")
+            if kind == "group"
+            else chain(Signature.of(step), chain_id="vid~1")
+        )
+        with pytest.raises(InvalidGroupError, match="'~' is reserved for ids the"):
+            await spec.kiq(broker)
+    finally:
+        await broker.shutdown()
+    assert sent.sent == []
+
+
+def test_derived_ids_use_the_separator_and_stay_valid() -> None:
+    member = member_task_id("vid.1", 3)
+    assert member == "vid.1~3"
+    assert not is_valid_id(member)
+    assert is_valid_id(member, derived=True)
+    assert step_id("vid", 1) != "vid.1"
+    assert redriven_member_id(member, 2) == "vid.1~3~r2"
+    assert len(step_id("x" * LONGEST_ID, 999)) <= LONGEST_DERIVED_ID
+
+
+async def test_a_group_task_member_delivered_twice_plans_its_group_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Its group id is its own task id, ``G~0``, derived by the library: both
+    copies plan that group, and the second dispatches nothing.
+    """
+    twice = DuplicatingMiddleware(lambda m: m.task_name.endswith("fan_out"))
+    sent = SentMessages()
+    broker, _ = stream_broker(redis_url, key_prefix, twice, sent)
+
+    @broker.task
+    async def leaf(index: int) -> int:
+        return index
+
+    @broker.task
+    @group_task
+    def fan_out() -> list[Signature]:
+        return [Signature.of(leaf, i) for i in range(3)]
+
+    async with worker(broker, max_async_tasks=4):
+        await group([Signature.of(fan_out)], group_id="G").kiq(broker)
+        await eventually(
+            lambda: sent.executions_of(fan_out.task_name) == 2, what="the duplicate"
+        )
+        await _drained(sent, leaf.task_name)
+        planned = await group_status(broker, member_task_id("G", 0))
+
+    ran = [m.task_id for m in sent.executed if m.task_name == fan_out.task_name]
+    assert ran == [member_task_id("G", 0)] * 2
+    assert planned.total == 3
+    assert sent.executions_of(leaf.task_name) == 3
+
+
+async def test_a_group_task_step_run_again_plans_its_group_once(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain step's copy runs again only once the first is over (the step guard):
+    here its first attempt plans, then fails (a reply lost); the retry plans
+    ``C~1`` again, and dispatches nothing.
+    """
+    sent = SentMessages()
+    retry = SimpleRetryMiddleware(default_retry_count=2)
+    broker, _ = stream_broker(redis_url, key_prefix, retry, sent)
+    planned_ids: list[str] = []
+    real_plan = group_task_module.plan_group
+
+    async def plan_then_fail_once(ctx: Any, plan: Any) -> Any:
+        planned = await real_plan(ctx, plan)
+        planned_ids.append(planned.group_id)
+        if len(planned_ids) == 1:
+            raise ConnectionError("the reply was lost")
+        return planned
+
+    monkeypatch.setattr(group_task_module, "plan_group", plan_then_fail_once)
+
+    @broker.task
+    async def begin() -> int:
+        return 0
+
+    @broker.task
+    async def leaf(index: int) -> int:
+        return index
+
+    @broker.task(retry_on_error=True)
+    @group_task
+    def fan_out(previous: int) -> list[Signature]:
+        return [Signature.of(leaf, i) for i in range(3)]
+
+    async with worker(broker, max_async_tasks=4):
+        handle = await chain(Signature.of(begin), Signature.of(fan_out)).kiq(broker)
+        await eventually(lambda: len(planned_ids) == 2, what="the retry to plan")
+        await _drained(sent, leaf.task_name)
+        planned = await group_status(broker, step_id(handle.chain_id, 1))
+
+    assert planned_ids == [step_id(handle.chain_id, 1)] * 2
+    assert planned.total == 3
+    assert sent.executions_of(leaf.task_name) == 3
+
+
+async def _drained(sent: SentMessages, task_name: str) -> None:
+    """Every message of ``task_name`` sent has run (a second group would send more)."""
+    await eventually(
+        lambda: 0 < sent.executions_of(task_name) == len(sent.of_task(task_name)),
+        what=f"every {task_name} to run",
+    )
+
+
+async def test_a_hand_set_task_id_cannot_take_a_derived_group_id(
+    redis_url: str, key_prefix: str
+) -> None:
+    sent = SentMessages()
+    broker, _ = stream_broker(redis_url, key_prefix, sent)
+
+    @broker.task
+    async def leaf() -> None: ...
+
+    @broker.task
+    @group_task
+    def fan_out() -> list[Signature]:
+        return [Signature.of(leaf)]
+
+    async with worker(broker, max_async_tasks=2):
+        await fan_out.kicker().with_task_id(member_task_id("G", 0)).kiq()
+        await eventually(lambda: sent.executions_of(leaf.task_name) == 1, what="leaf")
+        (message,) = sent.of_task(leaf.task_name)
+        taken = await group_status(broker, member_task_id("G", 0))
+
+    assert taken.state is GroupState.MISSING
+    assert not message.task_id.startswith(member_task_id("G", 0))
