@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from taskiq import SimpleRetryMiddleware
 
 from taskiq_fanin import (
+    ChainFailure,
     ChainState,
     ChainStatus,
     GroupResult,
@@ -33,6 +34,7 @@ from taskiq_fanin.api.control import Kind, resolve
 from taskiq_fanin.model.ids import (
     LONGEST_DERIVED_ID,
     LONGEST_ID,
+    chain_on_error_id,
     is_valid_id,
     member_task_id,
     redriven_member_id,
@@ -319,6 +321,43 @@ async def test_a_group_task_step_run_again_plans_its_group_once(
         planned = await group_status(broker, step_id(handle.chain_id, 1))
 
     assert planned_ids == [step_id(handle.chain_id, 1)] * 2
+    assert planned.total == 3
+    assert sent.executions_of(leaf.task_name) == 3
+
+
+async def test_a_group_task_as_a_chains_on_error_delivered_twice_plans_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    """The chain's ``on_error`` has the derived task id ``C~on_error``: both
+    copies of it plan that group, and the second dispatches nothing.
+    """
+    twice = DuplicatingMiddleware(lambda m: m.task_name.endswith("report"))
+    sent = SentMessages()
+    broker, _ = stream_broker(redis_url, key_prefix, twice, sent)
+
+    @broker.task
+    async def fails() -> None:
+        raise ValueError("boom")
+
+    @broker.task
+    async def leaf(index: int) -> int:
+        return index
+
+    @broker.task
+    @group_task
+    def report(failure: ChainFailure) -> list[Signature]:
+        return [Signature.of(leaf, i) for i in range(3)]
+
+    async with worker(broker, max_async_tasks=4):
+        handle = await chain(
+            Signature.of(fails), chain_id="C", on_error=Signature.of(report)
+        ).kiq(broker)
+        await eventually(
+            lambda: sent.executions_of(report.task_name) == 2, what="the duplicate"
+        )
+        await _drained(sent, leaf.task_name)
+        planned = await group_status(broker, chain_on_error_id(handle.chain_id))
+
     assert planned.total == 3
     assert sent.executions_of(leaf.task_name) == 3
 

@@ -20,8 +20,13 @@ from taskiq_fanin.model.errors import (
     MiddlewareNotFoundError,
     shown,
 )
-from taskiq_fanin.model.ids import is_derived, is_valid_id
-from taskiq_fanin.model.labels import ContinuationRef, MemberRef, depth_of
+from taskiq_fanin.model.ids import chain_on_error_id, is_derived, is_valid_id
+from taskiq_fanin.model.labels import (
+    ON_ERROR_OF_LABEL,
+    ContinuationRef,
+    MemberRef,
+    depth_of,
+)
 from taskiq_fanin.model.options import GroupOptions
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
@@ -110,7 +115,8 @@ def _own_id(message: TaskiqMessage) -> str:
 
     A task id of the shape the library derives is taken only when the message's
     own labels show the library gave it (a group's member, its continuation, a
-    chain's step): a task id set by hand cannot take a derived group id.
+    chain's step or error continuation): a task id set by hand cannot take a
+    derived group id.
     """
     task_id = message.task_id
     if is_valid_id(task_id) or task_id in _derived_task_ids(message.labels):
@@ -125,11 +131,15 @@ def _derived_task_ids(labels: dict[str, Any]) -> set[str]:
         ContinuationRef.from_labels(labels),
         ChainCursor.from_labels(labels),
     )
-    return {
+    ids = {
         ref.step_id if isinstance(ref, ChainCursor) else ref.task_id
         for ref in refs
         if ref is not None
     }
+    failed_chain = labels.get(ON_ERROR_OF_LABEL)
+    if failed_chain is not None and is_valid_id(str(failed_chain), derived=True):
+        ids.add(chain_on_error_id(str(failed_chain)))
+    return ids
 
 
 def nesting_depth(message: TaskiqMessage) -> int:

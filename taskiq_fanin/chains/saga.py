@@ -29,6 +29,7 @@ from taskiq_fanin.model.ids import (
     undo_chain_id,
     validate_chain_id,
 )
+from taskiq_fanin.model.labels import ON_ERROR_OF_LABEL
 from taskiq_fanin.model.results import ChainFailure, ChainState, MemberError, StepError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
@@ -48,7 +49,8 @@ async def after_failure(
             StepError.model_validate_json(summary),
         )
         await (
-            cursor.on_error.kicker(ctx.kicker)
+            cursor.on_error.with_labels(**{ON_ERROR_OF_LABEL: cursor.id})
+            .kicker(ctx.kicker)
             .with_task_id(chain_on_error_id(cursor.id))
             .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
         )

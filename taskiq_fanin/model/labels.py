@@ -22,6 +22,8 @@ DEPTH_LABEL = "fanin_depth"
 CANCELLABLE_LABEL = "fanin_cancellable"
 #: On a continuation: ``<group id>/<group token>/<then or on_error>``.
 CONTINUATION_LABEL = "fanin_continuation"
+#: On a chain's error continuation: the id of the chain whose failure it is.
+ON_ERROR_OF_LABEL = "fanin_on_error_of"
 #: The label taskiq's retry middlewares count a task's attempts in.
 RETRIES_LABEL = "_retries"
 
