@@ -1,34 +1,86 @@
-"""Throwaway ``redis-server`` processes for the tests, benchmarks and examples.
+"""The toolkit of the tests, benchmarks and examples.
 
-Not part of the package: it lives beside the tests and the benchmarks, which both
-use it. Each server listens on a free loopback port and keeps nothing on disk::
+Throwaway servers, worker processes, waiting with a deadline, counting commands.
+
+Not part of the package (the wheel holds ``taskiq_fanin`` alone): it lives beside
+the tests and the benchmarks, which both use it.
+
+- ``RedisServer`` / ``RedisCluster``: throwaway ``redis-server`` processes on
+  free loopback ports, keeping nothing on disk;
+  ``redis_url_from_env_or_server()`` prefers ``REDIS_URL`` when it is set, and
+  ``provide_redis()`` falls back on an embedded fakeredis too (``provider``);
+- ``process_group`` / ``stop_process_group``: a ``taskiq worker`` (or any
+  command) in its own process group, stopped for certain: SIGTERM, then SIGKILL
+  after a grace (``processes``);
+- ``wait_until`` / ``eventually`` / ``poll_until``: a condition with a deadline
+  (``waiting``);
+- ``commandstats`` / ``MonitorTap``: what a server ran, executed commands and
+  client round trips (``counting``).
+
+::
 
     with RedisServer() as server:
         client = redis.asyncio.Redis.from_url(server.url)
 
     with RedisCluster() as cluster:  # three masters, no replicas
         client = redis.asyncio.RedisCluster.from_url(cluster.url)
-
-``redis_url_from_env_or_server()`` prefers ``REDIS_URL`` when it is set, so the
-same suite can run against a server someone else manages.
 """
 
 from local_redis.cluster import RedisCluster
+from local_redis.counting import MonitorTap, Tally, commandstats, commandstats_calls
+from local_redis.processes import (
+    alive,
+    children_of,
+    group_cpu_seconds,
+    process_group,
+    start_in_own_group,
+    stop_process_group,
+    taskiq_worker_command,
+    with_pythonpath,
+)
+from local_redis.provider import (
+    CONSUMER_GROUP,
+    RedisProvider,
+    delete_keys,
+    fake_server,
+    provide_redis,
+    redis_url_from_env_or_server,
+    stream_drained,
+)
 from local_redis.server import (
     LOOPBACK,
     REDIS_URL_ENV,
     RedisServer,
     free_port,
-    redis_url_from_env_or_server,
-    stop_process_group,
 )
+from local_redis.waiting import eventually, poll_until, wait_until
 
 __all__ = [
+    "CONSUMER_GROUP",
     "LOOPBACK",
     "REDIS_URL_ENV",
+    "MonitorTap",
     "RedisCluster",
+    "RedisProvider",
     "RedisServer",
+    "Tally",
+    "alive",
+    "children_of",
+    "commandstats",
+    "commandstats_calls",
+    "delete_keys",
+    "eventually",
+    "fake_server",
     "free_port",
+    "group_cpu_seconds",
+    "poll_until",
+    "process_group",
+    "provide_redis",
     "redis_url_from_env_or_server",
+    "start_in_own_group",
     "stop_process_group",
+    "stream_drained",
+    "taskiq_worker_command",
+    "wait_until",
+    "with_pythonpath",
 ]
