@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import _chart, deadlock, duplicates, overhead
-from benchmarks._redis import RedisProvider, provide_redis
 from benchmarks._report import (
     RESULTS_DIR,
     Check,
@@ -33,6 +32,7 @@ from benchmarks._report import (
     write_json,
 )
 from benchmarks._workers import install_cleanup, interrupted
+from local_redis import RedisProvider, provide_redis
 
 BENCHMARKS = ("deadlock", "duplicates", "overhead")
 #: Overhead pairs of a quick run (make bench: ``overhead.FULL_REPEATS``).
@@ -246,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu_target=overhead.TARGET_CPU_RATIO,
         round_trips_target=overhead.TARGET_ROUND_TRIPS,
         celery_commands=overhead.CELERY_CHORD_COMMANDS,
+        peers_source=overhead.PEERS_SOURCE,
     )
     print_checks(checks, notes=run + legends(results))
     console.print(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
@@ -14,13 +13,6 @@ from typing import Any
 from redis.asyncio import Redis
 from taskiq import AsyncBroker
 
-from benchmarks._redis import (
-    RedisProvider,
-    delete_keys,
-    provide_redis,
-    stream_drained,
-    wait_until,
-)
 from benchmarks._report import (
     Check,
     Steps,
@@ -34,11 +26,19 @@ from benchmarks._report import (
 from benchmarks._workers import (
     PING_ENTRIES,
     WorkerProcess,
-    group_processes,
     install_cleanup,
     interrupted,
 )
-from benchmarks.apps.common import CONSUMER_GROUP, AppSettings
+from benchmarks.apps.common import AppSettings
+from local_redis import (
+    CONSUMER_GROUP,
+    RedisProvider,
+    delete_keys,
+    group_cpu_seconds,
+    provide_redis,
+    stream_drained,
+    wait_until,
+)
 
 #: Where worker logs go, under the results directory.
 LOG_DIR = "logs"
@@ -120,17 +120,6 @@ async def worker_run(
                 await delete_keys(settings.fanin_url, settings.keys)
         finally:
             await client.aclose()
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def group_cpu_seconds(pgid: int | None) -> float | None:
-    """User + system CPU seconds of the live processes of group ``pgid``."""
-    members = None if pgid is None else group_processes(pgid)
-    if members is None:
-        return None
-    return sum(ticks for _, _, ticks in members) / _CLOCK_TICKS
 
 
 def run_alone(

@@ -1,21 +1,18 @@
-"""Real ``taskiq worker`` processes, started in their own process group and
-stopped for certain.
+"""The benchmark's ``taskiq worker`` processes: started, proved ready, stopped.
 
-``taskiq worker`` can hang on SIGTERM while tasks wait, and it forks a child per
-``--workers``: each worker is the leader of a new session, so the whole group is
-signalled at once (SIGTERM, then SIGKILL after a grace period), and nothing is
-left behind on an exception, a Ctrl-C or a SIGTERM to the benchmark.
+The process itself (its own process group, SIGTERM then SIGKILL after a grace,
+nothing left behind) is the toolkit's (``local_redis.processes``); here is what
+a benchmark adds: settings through the environment, a ping that proves the
+worker listens, and a last-resort stop of every worker on exit or Ctrl-C.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import FrameType
 
@@ -23,8 +20,15 @@ from redis.asyncio import Redis
 from taskiq import AsyncBroker
 from taskiq.kicker import AsyncKicker
 
-from benchmarks._redis import stream_drained, wait_until
 from benchmarks.apps.common import PING_TASK, AppSettings
+from local_redis import (
+    start_in_own_group,
+    stop_process_group,
+    stream_drained,
+    taskiq_worker_command,
+    wait_until,
+    with_pythonpath,
+)
 
 #: The repository root: workers import ``benchmarks.apps.*`` from here.
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,8 +43,6 @@ WAIT_TASKS_TIMEOUT = 1.0
 
 #: Stream entries a run starts with: the ping that proved the worker ready.
 PING_ENTRIES = 1
-
-_POLL = 0.02
 
 #: Every worker not yet stopped, for the last-resort cleanup at exit.
 _LIVE: set[WorkerProcess] = set()
@@ -82,32 +84,24 @@ class WorkerProcess:
     @property
     def command(self) -> list[str]:
         """The command line, as a person would type it."""
-        return [
-            sys.executable, "-m", "taskiq", "worker", f"{self.app}:worker_broker",
-            "--workers", "1",
-            "--max-async-tasks", str(self.max_async_tasks),
-            # A log line per task would be worker CPU spent on both sides alike.
-            "--log-level", "WARNING",
-            "--shutdown-timeout", "1",
-            "--wait-tasks-timeout", str(WAIT_TASKS_TIMEOUT),
-        ]  # fmt: skip
+        return taskiq_worker_command(
+            f"{self.app}:worker_broker",
+            max_async_tasks=self.max_async_tasks,
+            options=(
+                # A log line per task would be worker CPU spent on both sides.
+                "--log-level", "WARNING",
+                "--shutdown-timeout", "1",
+                "--wait-tasks-timeout", str(WAIT_TASKS_TIMEOUT),
+            ),
+        )  # fmt: skip
 
     def start(self) -> WorkerProcess:
         """Start the worker (not yet ready: see :meth:`wait_ready`)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.settings.to_env()}
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p
-        )
+        env = with_pythonpath(ROOT, {**os.environ, **self.settings.to_env()})
         with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                self.command,
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+            self._process = start_in_own_group(
+                self.command, cwd=ROOT, env=env, output=log
             )
         _LIVE.add(self)
         return self
@@ -148,20 +142,8 @@ class WorkerProcess:
         """SIGTERM the worker's group, SIGKILL what outlives ``grace``; idempotent."""
         process, self._process = self._process, None
         _LIVE.discard(self)
-        if process is None:
-            return
-        _signal_group(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            process.poll()
-            if process.returncode is not None and not _group_alive(process.pid):
-                return
-            time.sleep(_POLL)
-        _signal_group(process.pid, signal.SIGKILL)
-        process.wait()
-        # SIGKILL is not ignorable; wait for the group's last member to go.
-        while _group_alive(process.pid) and time.monotonic() < deadline + grace:
-            time.sleep(_POLL)
+        if process is not None:
+            stop_process_group(process, grace)
 
     def log_tail(self, lines: int = 30) -> str:
         """The end of the worker's output."""
@@ -170,51 +152,6 @@ class WorkerProcess:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of the group is still running (zombies do not count).
-
-    A killed child is reparented and reaped by PID 1 in its own time; until then
-    ``killpg(pgid, 0)`` still finds it, though it holds nothing but its pid.
-    """
-    members = group_processes(pgid)
-    if members is not None:
-        return any(state != "Z" for _, state, _ in members)
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def group_processes(pgid: int) -> list[tuple[int, str, int]] | None:
-    """(pid, state, CPU clock ticks) of each process in group ``pgid``.
-
-    Read from /proc; ``None`` where there is no /proc.
-    """
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return None
-    members = []
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        # After the parenthesised name: state ppid pgrp ... utime(12) stime(13)
-        fields = text[text.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid:
-            pid = int(stat.parent.name)
-            members.append((pid, fields[0], int(fields[11]) + int(fields[12])))
-    return members
 
 
 def stop_all() -> None:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._redis import RedisProvider, wait_until
 from benchmarks._report import (
     RESULTS_DIR,
     Check,
@@ -34,6 +33,7 @@ from benchmarks._report import (
 from benchmarks._run import Run, new_settings, run_alone, worker_run
 from benchmarks.apps import deadlock as app
 from benchmarks.apps.common import BurstBroker
+from local_redis import RedisProvider, wait_until
 
 APP = "benchmarks.apps.deadlock"
 PATTERNS = ("baseline", "fanin", "waiting")

@@ -22,7 +22,6 @@ from typing import Any
 
 from taskiq import TaskiqMessage, TaskiqMiddleware
 
-from benchmarks._redis import RedisProvider, stream_drained, wait_until
 from benchmarks._report import (
     RESULTS_DIR,
     Check,
@@ -31,6 +30,7 @@ from benchmarks._report import (
 )
 from benchmarks._run import Run, new_settings, run_alone, worker_run
 from benchmarks.apps import duplicates as app
+from local_redis import RedisProvider, stream_drained, wait_until
 from taskiq_fanin import Signature, group
 
 APP = "benchmarks.apps.duplicates"
