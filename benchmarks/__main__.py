@@ -31,8 +31,8 @@ from benchmarks._report import (
     run_date,
     write_json,
 )
-from benchmarks._workers import install_cleanup, interrupted
-from local_redis import RedisProvider, provide_redis
+from benchmarks._run import interrupted, redis_option
+from local_redis import RedisProvider, provide_redis, stop_workers_at_exit
 
 BENCHMARKS = ("deadlock", "duplicates", "overhead")
 #: Overhead pairs of a quick run (make bench: ``overhead.FULL_REPEATS``).
@@ -60,10 +60,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--strict", action="store_true", help="exit 1 when a target is missed"
     )
-    p.add_argument(
-        "--redis", choices=("auto", "server", "fake"), default="auto",
-        help=argparse.SUPPRESS,
-    )  # fmt: skip
+    redis_option(p)
     return p
 
 
@@ -203,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run, report, write."""
     args = parser().parse_args(argv)
     options = configure(args)
-    install_cleanup()
+    stop_workers_at_exit()
     date = run_date()
     began = time.perf_counter()
     try:

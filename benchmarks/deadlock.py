@@ -14,7 +14,6 @@ of the repeats is reported.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import math
 import sys
@@ -30,7 +29,7 @@ from benchmarks._report import (
     Steps,
     median,
 )
-from benchmarks._run import Run, new_settings, run_alone, worker_run
+from benchmarks._run import Flag, Run, new_settings, run_alone, worker_run
 from benchmarks.apps import deadlock as app
 from benchmarks.apps.common import BurstBroker
 from local_redis import RedisProvider, wait_until
@@ -392,51 +391,28 @@ def checks(data: dict[str, Any]) -> list[Check]:
     return result
 
 
-def parser() -> argparse.ArgumentParser:
-    """Command-line options (defaults: ``make bench``)."""
-    defaults = Options()
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.deadlock", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--repeats", type=int, default=defaults.repeats)
-    p.add_argument(
+FLAGS = (
+    Flag("--repeats"),
+    Flag(
         "--wait-timeout",
-        type=float,
-        default=defaults.wait_timeout,
+        float,
         help="the waiting parents' wait_result timeout in seconds (seed: 30)",
-    )
-    p.add_argument("--slots", type=int, nargs="+", default=list(defaults.slots))
-    p.add_argument(
-        "--json", type=Path, default=RESULTS_DIR / "deadlock.json", help="output"
-    )
-    p.add_argument(
-        "--redis", choices=("auto", "server", "fake"), default="auto",
-        help=argparse.SUPPRESS,
-    )  # fmt: skip
-    return p
-
-
-def options_from(args: argparse.Namespace) -> Options:
-    """Options from parsed arguments."""
-    return Options(
-        slots=tuple(args.slots),
-        repeats=args.repeats,
-        wait_timeout=args.wait_timeout,
-        results_dir=args.json.parent,
-    )
+    ),
+    Flag("--slots", nargs="+"),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the deadlock benchmark alone."""
-    args = parser().parse_args(argv)
     return run_alone(
         "deadlock",
+        __doc__,
         run,
-        checks,
-        options_from(args),
-        redis_choice=args.redis,
-        json_path=args.json,
+        checks=checks,
+        defaults=Options(),
+        flags=FLAGS,
         legend=LEGEND,
+        argv=argv,
     )
 
 

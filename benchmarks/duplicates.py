@@ -12,7 +12,6 @@ at their start whether every distinct child had finished.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ from benchmarks._report import (
     Steps,
     console,
 )
-from benchmarks._run import Run, new_settings, run_alone, worker_run
+from benchmarks._run import Flag, Run, new_settings, run_alone, worker_run
 from benchmarks.apps import duplicates as app
 from local_redis import RedisProvider, stream_drained, wait_until
 from taskiq_fanin import Signature, group
@@ -290,44 +289,20 @@ def checks(data: dict[str, Any]) -> list[Check]:
     ]
 
 
-def parser() -> argparse.ArgumentParser:
-    """Command-line options (defaults: ``make bench``)."""
-    defaults = Options()
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.duplicates", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--albums", type=int, default=defaults.albums)
-    p.add_argument("--seed", type=int, default=defaults.seed)
-    p.add_argument("--dup-rate", type=float, default=defaults.dup_rate)
-    p.add_argument("--json", type=Path, default=RESULTS_DIR / "duplicates.json")
-    p.add_argument(
-        "--redis", choices=("auto", "server", "fake"), default="auto",
-        help=argparse.SUPPRESS,
-    )  # fmt: skip
-    return p
-
-
-def options_from(args: argparse.Namespace) -> Options:
-    """Options from parsed arguments."""
-    return Options(
-        albums=args.albums,
-        seed=args.seed,
-        dup_rate=args.dup_rate,
-        results_dir=args.json.parent,
-    )
+FLAGS = (Flag("--albums"), Flag("--seed"), Flag("--dup-rate", float))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the duplicates benchmark alone."""
-    args = parser().parse_args(argv)
     return run_alone(
         "duplicates",
+        __doc__,
         run,
-        checks,
-        options_from(args),
-        redis_choice=args.redis,
-        json_path=args.json,
+        checks=checks,
+        defaults=Options(),
+        flags=FLAGS,
         legend=LEGEND,
+        argv=argv,
     )
 
 

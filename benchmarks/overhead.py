@@ -16,7 +16,6 @@ the group's memory at its peak, from the continuation.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import statistics
@@ -36,7 +35,7 @@ from benchmarks._report import (
     Steps,
     median,
 )
-from benchmarks._run import new_settings, run_alone, worker_run
+from benchmarks._run import Flag, new_settings, run_alone, worker_run
 from benchmarks.apps import overhead as app
 from local_redis import MonitorTap, RedisProvider, Tally, commandstats_calls
 from taskiq_fanin import Signature, group
@@ -571,77 +570,30 @@ def checks(data: dict[str, Any]) -> list[Check]:
     return result
 
 
-def parser() -> argparse.ArgumentParser:
-    """Command-line options (defaults: ``make bench``)."""
-    defaults = Options()
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.overhead", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument(
-        "--sizes",
-        type=int,
-        nargs="+",
-        default=list(defaults.sizes),
-        help="group sizes N",
-    )
-    p.add_argument(
-        "--repeats",
-        type=int,
-        default=defaults.repeats,
-        help="A/B pairs per size (the wall time ratio is their median)",
-    )
-    p.add_argument("--max-async-tasks", type=int, default=defaults.max_async_tasks)
-    p.add_argument(
+FLAGS = (
+    Flag("--sizes", nargs="+", help="group sizes N"),
+    Flag("--repeats", help="A/B pairs per size (the wall time ratio is their median)"),
+    Flag("--max-async-tasks"),
+    Flag(
         "--few-slots",
-        type=int,
         nargs="*",
-        default=list(defaults.few_slots),
         help="one pair of runs at the smallest size with each of these slot counts",
-    )
-    p.add_argument(
-        "--count-n",
-        type=int,
-        default=defaults.count_n,
-        help="size of the MONITOR counting pass (0: skip)",
-    )
-    p.add_argument(
-        "--json",
-        type=Path,
-        default=RESULTS_DIR / "overhead.json",
-        help="where to write the results",
-    )
-    p.add_argument(
-        "--redis",
-        choices=("auto", "server", "fake"),
-        default="auto",
-        help=argparse.SUPPRESS,
-    )
-    return p
-
-
-def options_from(args: argparse.Namespace) -> Options:
-    """Options from parsed arguments."""
-    return Options(
-        sizes=tuple(args.sizes),
-        repeats=args.repeats,
-        max_async_tasks=args.max_async_tasks,
-        few_slots=tuple(args.few_slots),
-        count_n=args.count_n,
-        results_dir=args.json.parent,
-    )
+    ),
+    Flag("--count-n", help="size of the MONITOR counting pass (0: skip)"),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the overhead benchmark alone."""
-    args = parser().parse_args(argv)
     return run_alone(
         "overhead",
+        __doc__,
         run,
-        checks,
-        options_from(args),
-        redis_choice=args.redis,
-        json_path=args.json,
+        checks=checks,
+        defaults=Options(),
+        flags=FLAGS,
         legend=LEGEND,
+        argv=argv,
     )
 
 

@@ -9,9 +9,9 @@ the tests and the benchmarks, which both use it.
   free loopback ports, keeping nothing on disk;
   ``redis_url_from_env_or_server()`` prefers ``REDIS_URL`` when it is set, and
   ``provide_redis()`` falls back on an embedded fakeredis too (``provider``);
-- ``process_group`` / ``stop_process_group``: a ``taskiq worker`` (or any
-  command) in its own process group, stopped for certain: SIGTERM, then SIGKILL
-  after a grace (``processes``);
+- ``TaskiqWorker`` / ``process_group``: a ``taskiq worker`` (or any command) in
+  its own process group, stopped for certain: SIGTERM, then SIGKILL after a
+  grace, until the group is empty (``workers``, ``processes``);
 - ``wait_until`` / ``eventually`` / ``poll_until``: a condition with a deadline
   (``waiting``);
 - ``commandstats`` / ``MonitorTap``: what a server ran, executed commands and
@@ -54,6 +54,12 @@ from local_redis.server import (
     free_port,
 )
 from local_redis.waiting import eventually, poll_until, wait_until
+from local_redis.workers import (
+    TaskiqWorker,
+    WorkerError,
+    stop_all_workers,
+    stop_workers_at_exit,
+)
 
 __all__ = [
     "CONSUMER_GROUP",
@@ -64,6 +70,8 @@ __all__ = [
     "RedisProvider",
     "RedisServer",
     "Tally",
+    "TaskiqWorker",
+    "WorkerError",
     "alive",
     "children_of",
     "commandstats",
@@ -78,7 +86,9 @@ __all__ = [
     "provide_redis",
     "redis_url_from_env_or_server",
     "start_in_own_group",
+    "stop_all_workers",
     "stop_process_group",
+    "stop_workers_at_exit",
     "stream_drained",
     "taskiq_worker_command",
     "wait_until",

@@ -24,11 +24,7 @@ from taskiq import (
 from taskiq.receiver import Receiver
 from taskiq_redis import RedisStreamBroker
 
-from local_redis import (
-    eventually,
-    process_group,
-    taskiq_worker_command,
-)
+from local_redis import TaskiqWorker, eventually
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.store.scripts import RedisClient
 
@@ -195,9 +191,15 @@ def worker_process(
     worker`` can hang on SIGTERM, so SIGKILL follows a short grace. With ``log``,
     its output (both streams) is appended to that file, to be read afterwards.
     """
-    command = taskiq_worker_command(
-        app, max_async_tasks=max_async_tasks, options=("--shutdown-timeout", "1")
-    )
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    with process_group(command, cwd=ROOT, env=environment, log=log) as process:
-        yield process
+    with TaskiqWorker(
+        app,
+        max_async_tasks=max_async_tasks,
+        options=("--shutdown-timeout", "1"),
+        cwd=ROOT,
+        env=environment,
+        log_path=log,
+        append=True,
+    ) as running:
+        assert running.process is not None
+        yield running.process
