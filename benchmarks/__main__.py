@@ -19,7 +19,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _chart, deadlock, duplicates, overhead
+from benchmarks import _chart, _targets, deadlock, duplicates, overhead
 from benchmarks._report import (
     RESULTS_DIR,
     Check,
@@ -179,9 +179,9 @@ def all_checks(
 ) -> list[Check]:
     """Every target beside its measurement, in benchmark order."""
     makers = {
-        "deadlock": deadlock.checks,
-        "duplicates": duplicates.checks,
-        "overhead": overhead.checks,
+        "deadlock": _targets.deadlock_checks,
+        "duplicates": _targets.duplicates_checks,
+        "overhead": _targets.overhead_checks,
     }
     checks: list[Check] = []
     for name in BENCHMARKS:
@@ -239,10 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.get("overhead"),
         title=f"taskiq-fanin benchmarks: {kind[0].lower()}{kind[1:]}",
         settings=run,
-        fanin_margin=deadlock.TARGET_FANIN_MARGIN,
-        cpu_target=overhead.TARGET_CPU_RATIO,
-        round_trips_target=overhead.TARGET_ROUND_TRIPS,
-        celery_commands=overhead.CELERY_CHORD_COMMANDS,
+        fanin_margin=_targets.TARGET_FANIN_MARGIN,
+        cpu_target=_targets.TARGET_CPU_RATIO,
+        round_trips_target=_targets.TARGET_ROUND_TRIPS,
+        celery_commands=_targets.CELERY_CHORD_COMMANDS,
         peers_source=overhead.PEERS_SOURCE,
     )
     print_checks(checks, notes=run + legends(results))

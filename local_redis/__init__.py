@@ -14,6 +14,7 @@ the tests and the benchmarks, which both use it.
   grace, until the group is empty (``workers``, ``processes``);
 - ``wait_until`` / ``eventually`` / ``poll_until``: a condition with a deadline
   (``waiting``);
+- ``DuplicatingMiddleware``: at-least-once delivery, simulated;
 - ``commandstats`` / ``MonitorTap``: what a server ran, executed commands and
   client round trips (``counting``).
 
@@ -28,6 +29,7 @@ the tests and the benchmarks, which both use it.
 
 from local_redis.cluster import RedisCluster
 from local_redis.counting import MonitorTap, Tally, commandstats, commandstats_calls
+from local_redis.duplicating import DuplicatingMiddleware
 from local_redis.processes import (
     alive,
     children_of,
@@ -65,6 +67,7 @@ __all__ = [
     "CONSUMER_GROUP",
     "LOOPBACK",
     "REDIS_URL_ENV",
+    "DuplicatingMiddleware",
     "MonitorTap",
     "RedisCluster",
     "RedisProvider",

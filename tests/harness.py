@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from taskiq import (
 from taskiq.receiver import Receiver
 from taskiq_redis import RedisStreamBroker
 
-from local_redis import TaskiqWorker, eventually
+from local_redis import DuplicatingMiddleware, TaskiqWorker, eventually
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.store.scripts import RedisClient
 
@@ -129,20 +129,6 @@ async def worker(broker: AsyncBroker, max_async_tasks: int) -> AsyncIterator[Rec
             done, _ = await asyncio.wait({listening}, timeout=5)
         if not done:
             listening.cancel()
-
-
-class DuplicatingMiddleware(TaskiqMiddleware):
-    """At-least-once delivery, simulated: sends chosen messages a second time."""
-
-    def __init__(self, choose: Callable[[TaskiqMessage], bool]) -> None:
-        super().__init__()
-        self.choose = choose
-        self.duplicated: list[TaskiqMessage] = []
-
-    async def post_send(self, message: TaskiqMessage) -> None:
-        if self.choose(message):
-            self.duplicated.append(message)
-            await self.broker.kick(self.broker.formatter.dumps(message))
 
 
 class SentMessages(TaskiqMiddleware):
