@@ -1,9 +1,11 @@
-"""The toolkit of the tests, benchmarks and examples.
+"""The toolkit of the tests and the benchmarks.
 
 Throwaway servers, worker processes, waiting with a deadline, counting commands.
 
 Not part of the package (the wheel holds ``taskiq_fanin`` alone): it lives beside
-the tests and the benchmarks, which both use it.
+the tests and the benchmarks, which both use it, as do the tests that run the
+examples' READMEs. (The examples themselves stay plain taskiq and redis-py, to
+be read and copied.)
 
 - ``RedisServer`` / ``RedisCluster``: throwaway ``redis-server`` processes on
   free loopback ports, keeping nothing on disk;
