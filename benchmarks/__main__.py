@@ -19,8 +19,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _chart, deadlock, duplicates, overhead
-from benchmarks._redis import RedisProvider, provide_redis
+from benchmarks import _chart, _targets, deadlock, duplicates, overhead
 from benchmarks._report import (
     RESULTS_DIR,
     Check,
@@ -32,7 +31,8 @@ from benchmarks._report import (
     run_date,
     write_json,
 )
-from benchmarks._workers import install_cleanup, interrupted
+from benchmarks._run import interrupted, redis_option
+from local_redis import RedisProvider, provide_redis, stop_workers_at_exit
 
 BENCHMARKS = ("deadlock", "duplicates", "overhead")
 #: Overhead pairs of a quick run (make bench: ``overhead.FULL_REPEATS``).
@@ -60,10 +60,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--strict", action="store_true", help="exit 1 when a target is missed"
     )
-    p.add_argument(
-        "--redis", choices=("auto", "server", "fake"), default="auto",
-        help=argparse.SUPPRESS,
-    )  # fmt: skip
+    redis_option(p)
     return p
 
 
@@ -182,9 +179,9 @@ def all_checks(
 ) -> list[Check]:
     """Every target beside its measurement, in benchmark order."""
     makers = {
-        "deadlock": deadlock.checks,
-        "duplicates": duplicates.checks,
-        "overhead": overhead.checks,
+        "deadlock": _targets.deadlock_checks,
+        "duplicates": _targets.duplicates_checks,
+        "overhead": _targets.overhead_checks,
     }
     checks: list[Check] = []
     for name in BENCHMARKS:
@@ -203,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run, report, write."""
     args = parser().parse_args(argv)
     options = configure(args)
-    install_cleanup()
+    stop_workers_at_exit()
     date = run_date()
     began = time.perf_counter()
     try:
@@ -242,10 +239,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.get("overhead"),
         title=f"taskiq-fanin benchmarks: {kind[0].lower()}{kind[1:]}",
         settings=run,
-        fanin_margin=deadlock.TARGET_FANIN_MARGIN,
-        cpu_target=overhead.TARGET_CPU_RATIO,
-        round_trips_target=overhead.TARGET_ROUND_TRIPS,
-        celery_commands=overhead.CELERY_CHORD_COMMANDS,
+        fanin_margin=_targets.TARGET_FANIN_MARGIN,
+        cpu_target=_targets.TARGET_CPU_RATIO,
+        round_trips_target=_targets.TARGET_ROUND_TRIPS,
+        celery_commands=_targets.CELERY_CHORD_COMMANDS,
+        peers_source=overhead.PEERS_SOURCE,
     )
     print_checks(checks, notes=run + legends(results))
     console.print(

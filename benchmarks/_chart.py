@@ -108,7 +108,9 @@ def _duplicates(ax: Axes, data: dict[str, Any]) -> None:
     ax.legend(fontsize=8)
 
 
-def _overhead(ax: Axes, data: dict[str, Any], cpu_target: float) -> None:
+def _overhead(
+    ax: Axes, data: dict[str, Any], cpu_target: float, peers_source: str
+) -> None:
     positions, labels = [], []
     x = 0.0
     for first, row in _first(data["runs"]):
@@ -146,7 +148,9 @@ def _overhead(ax: Axes, data: dict[str, Any], cpu_target: float) -> None:
             ratio,
             0.5,
             color=PEER,
-            label="peers' wall time (the seed's figures)" if first else None,
+            label=textwrap.fill(f"peers' wall time, {peers_source}", 44)
+            if first
+            else None,
         )
         _label(ax, bar, f"{ratio:.2f}")
         positions.append(x)
@@ -222,6 +226,7 @@ def draw(
     cpu_target: float,
     round_trips_target: float,
     celery_commands: int,
+    peers_source: str,
 ) -> None:
     """Draw whichever benchmarks ran into one PNG, titled with the run's settings.
 
@@ -234,7 +239,7 @@ def draw(
     if duplicates is not None:
         panels.append(lambda ax: _duplicates(ax, duplicates))
     if overhead is not None:
-        panels.append(lambda ax: _overhead(ax, overhead, cpu_target))
+        panels.append(lambda ax: _overhead(ax, overhead, cpu_target, peers_source))
         panels.append(
             lambda ax: _commands(ax, overhead, celery_commands, round_trips_target)
         )

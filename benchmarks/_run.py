@@ -1,27 +1,30 @@
-"""One run: its own keys and queue, a ready worker, and a clean Redis afterwards."""
+"""One run: its own keys and queue, a ready worker, and a clean Redis afterwards;
+and ``python -m benchmarks.<name>``, one benchmark alone.
+
+The worker process itself (its own process group, SIGTERM then SIGKILL, nothing
+left behind) is the toolkit's ``local_redis.TaskiqWorker``; a run adds its
+settings, passed through the environment, and a ping that proves it listens.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
+import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 from taskiq import AsyncBroker
+from taskiq.kicker import AsyncKicker
 
-from benchmarks._redis import (
-    RedisProvider,
-    delete_keys,
-    provide_redis,
-    stream_drained,
-    wait_until,
-)
 from benchmarks._report import (
+    RESULTS_DIR,
     Check,
     Steps,
     console,
@@ -31,17 +34,41 @@ from benchmarks._report import (
     run_date,
     write_json,
 )
-from benchmarks._workers import (
-    PING_ENTRIES,
-    WorkerProcess,
-    group_processes,
-    install_cleanup,
-    interrupted,
+from benchmarks.apps.common import PING_TASK, AppSettings
+from local_redis import (
+    CONSUMER_GROUP,
+    RedisProvider,
+    TaskiqWorker,
+    WorkerError,
+    delete_keys,
+    provide_redis,
+    stop_all_workers,
+    stop_workers_at_exit,
+    stream_drained,
+    wait_until,
+    with_pythonpath,
 )
-from benchmarks.apps.common import CONSUMER_GROUP, AppSettings
 
+#: The repository root: workers import ``benchmarks.apps.*`` from here.
+ROOT = Path(__file__).resolve().parents[1]
 #: Where worker logs go, under the results directory.
 LOG_DIR = "logs"
+#: Seconds a worker may take to start listening (imports, fork, broker startup).
+READY_TIMEOUT = 60.0
+#: Seconds between SIGTERM and SIGKILL. taskiq 0.13 often keeps polling its
+#: stream after SIGTERM instead of exiting, so this is usually spent in full.
+STOP_GRACE = 1.0
+#: Seconds a stopping worker waits for running tasks (it never needs them).
+WAIT_TASKS_TIMEOUT = 1.0
+#: Stream entries a run starts with: the ping that proved the worker ready.
+PING_ENTRIES = 1
+#: ``taskiq worker`` options of every run; a log line per task would be worker
+#: CPU spent on both sides alike.
+WORKER_OPTIONS = (
+    "--log-level", "WARNING",
+    "--shutdown-timeout", "1",
+    "--wait-tasks-timeout", str(WAIT_TASKS_TIMEOUT),
+)  # fmt: skip
 
 
 def new_settings(redis_url: str, bench: str, **options: object) -> AppSettings:
@@ -66,7 +93,7 @@ class Run:
     settings: AppSettings
     broker: AsyncBroker
     client: Redis
-    worker: WorkerProcess
+    worker: TaskiqWorker
     entries: int = PING_ENTRIES
 
     async def drained(self) -> bool:
@@ -81,7 +108,47 @@ class Run:
 
     def worker_cpu(self) -> float | None:
         """CPU seconds used so far by the worker's processes (Linux only)."""
-        return group_cpu_seconds(self.worker.pgid)
+        return self.worker.cpu_seconds()
+
+
+def bench_worker(
+    app: str, settings: AppSettings, *, max_async_tasks: int, log_path: Path
+) -> TaskiqWorker:
+    """``taskiq worker <app>:worker_broker --workers 1`` with the run's settings."""
+    return TaskiqWorker(
+        f"{app}:worker_broker",
+        max_async_tasks=max_async_tasks,
+        options=WORKER_OPTIONS,
+        cwd=ROOT,
+        env=with_pythonpath(ROOT, {**os.environ, **settings.to_env()}),
+        log_path=log_path,
+        grace=STOP_GRACE,
+    )
+
+
+async def wait_ready(
+    worker: TaskiqWorker, broker: AsyncBroker, client: Redis, queue: str
+) -> None:
+    """Kick a ping on the run's queue and wait until it was acknowledged.
+
+    A blocked XREADGROUP does not show in XINFO CONSUMERS (Redis 7.0), so a
+    round trip is the proof that the worker is listening. The stream then holds
+    that one entry: see :data:`PING_ENTRIES`.
+    """
+    kicker: AsyncKicker[[], None] = AsyncKicker(
+        task_name=PING_TASK, broker=broker, labels={}
+    )
+    await kicker.kiq()
+    ready = await wait_until(
+        lambda: stream_drained(client, queue, PING_ENTRIES),
+        timeout=READY_TIMEOUT,
+        check=worker.check_alive,
+    )
+    if not ready:
+        tail = worker.log_tail()
+        worker.stop()
+        msg = f"worker {worker.app} not ready in {READY_TIMEOUT:g}s:\n{tail}"
+        raise WorkerError(msg)
 
 
 @contextlib.asynccontextmanager
@@ -99,7 +166,7 @@ async def worker_run(
     ``broker`` is the benchmark's own (client) broker for the same settings.
     """
     client = Redis.from_url(settings.redis_url)
-    worker = WorkerProcess(
+    worker = bench_worker(
         app,
         settings,
         max_async_tasks=max_async_tasks,
@@ -108,7 +175,7 @@ async def worker_run(
     try:
         await broker.startup()
         worker.start()
-        await worker.wait_ready(broker, client)
+        await wait_ready(worker, broker, client, settings.queue)
         yield Run(settings=settings, broker=broker, client=client, worker=worker)
     finally:
         worker.stop()
@@ -122,32 +189,87 @@ async def worker_run(
             await client.aclose()
 
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+def interrupted() -> int:
+    """After Ctrl-C: make sure every worker is gone, say so; the exit status."""
+    stop_all_workers()
+    print(
+        "interrupted: every worker and Redis started here is stopped", file=sys.stderr
+    )
+    return 130
 
 
-def group_cpu_seconds(pgid: int | None) -> float | None:
-    """User + system CPU seconds of the live processes of group ``pgid``."""
-    members = None if pgid is None else group_processes(pgid)
-    if members is None:
-        return None
-    return sum(ticks for _, _, ticks in members) / _CLOCK_TICKS
+def redis_option(parser: argparse.ArgumentParser) -> None:
+    """``--redis auto|server|fake``: hidden, for trying the fallbacks."""
+    parser.add_argument(
+        "--redis", choices=("auto", "server", "fake"), default="auto",
+        help=argparse.SUPPRESS,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One option of a benchmark run alone: ``--sizes`` sets ``Options.sizes``.
+
+    ``nargs`` makes it a list, stored as a tuple; the default is the option's.
+    """
+
+    name: str
+    kind: type = int
+    nargs: str | None = None
+    help: str | None = None
+
+    @property
+    def field(self) -> str:
+        """The ``Options`` field it sets (and argparse's name for it)."""
+        return self.name.removeprefix("--").replace("-", "_")
+
+
+BenchRun = Callable[[RedisProvider, Any, Steps], Coroutine[Any, Any, dict[str, Any]]]
 
 
 def run_alone(
     name: str,
-    run: Callable[[RedisProvider, Any, Steps], Coroutine[Any, Any, dict[str, Any]]],
-    checks: Callable[[dict[str, Any]], list[Check]],
-    options: Any,
+    doc: str,
+    run: BenchRun,
     *,
-    redis_choice: str,
-    json_path: Path,
+    checks: Callable[[dict[str, Any]], list[Check]],
+    defaults: Any,
+    flags: Sequence[Flag],
     legend: str,
+    argv: Sequence[str] | None = None,
 ) -> int:
     """``python -m benchmarks.<name>``: one benchmark, its table and its JSON."""
-    install_cleanup()
+    parser = argparse.ArgumentParser(
+        prog=f"python -m benchmarks.{name}",
+        description=doc.split("\n\n", maxsplit=1)[0],
+    )
+    for flag in flags:
+        default = getattr(defaults, flag.field)
+        parser.add_argument(
+            flag.name,
+            type=flag.kind,
+            nargs=flag.nargs,
+            default=list(default) if flag.nargs else default,
+            help=flag.help,
+        )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=RESULTS_DIR / f"{name}.json",
+        help="where to write the results",
+    )
+    redis_option(parser)
+    args = parser.parse_args(argv)
+    chosen = {flag.field: getattr(args, flag.field) for flag in flags}
+    options = replace(
+        defaults,
+        results_dir=args.json.parent,
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in chosen.items()},
+    )
+    stop_workers_at_exit()
     date = run_date()
     try:
-        with provide_redis(redis_choice) as provider:
+        with provide_redis(args.redis) as provider:
             console.print(provider.description)
             with progress_bars() as bars:
                 data = asyncio.run(
@@ -155,9 +277,9 @@ def run_alone(
                 )
     except KeyboardInterrupt:
         return interrupted()
-    write_json(json_path, data)
+    write_json(args.json, data)
     redis = f"{provider.kind} {provider.version}".strip()
     notes = [f"{date}, {redis}. {describe_run({name: data}, kind='Run')}", legend]
     print_checks(checks(data), title=name, notes=notes)
-    console.print(f"JSON: {json_path}")
+    console.print(f"JSON: {args.json}")
     return 0

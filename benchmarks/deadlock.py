@@ -14,7 +14,6 @@ of the repeats is reported.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import math
 import sys
@@ -24,16 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._redis import RedisProvider, wait_until
 from benchmarks._report import (
     RESULTS_DIR,
-    Check,
     Steps,
     median,
 )
-from benchmarks._run import Run, new_settings, run_alone, worker_run
+from benchmarks._run import Flag, Run, new_settings, run_alone, worker_run
+from benchmarks._targets import deadlock_checks
 from benchmarks.apps import deadlock as app
 from benchmarks.apps.common import BurstBroker
+from local_redis import RedisProvider, wait_until
 
 APP = "benchmarks.apps.deadlock"
 PATTERNS = ("baseline", "fanin", "waiting")
@@ -51,9 +50,6 @@ LEGEND = (
 )
 #: Seconds the untimed warm-up burst may take.
 WARMUP_TIMEOUT = 60.0
-#: How much slower than parents that only kick (``parent``, taskiq's own hop,
-#: measured in the same run) the fan-in may be at 10 slots (fraction).
-TARGET_FANIN_MARGIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -313,130 +309,28 @@ async def run(
     return data
 
 
-def _find(data: dict[str, Any], pattern: str, slots: int) -> dict[str, Any] | None:
-    for row in [*data["runs"], *data.get("reference_runs", [])]:
-        if row["pattern"] == pattern and row["slots"] == slots:
-            return row  # type: ignore[no-any-return]
-    return None
-
-
-def _finished(row: dict[str, Any]) -> str:
-    """Albums finished, the median; the spread of the repeats when they differ."""
-    samples = row["samples"]["albums_finished"]
-    low, high = min(samples), max(samples)
-    spread = "" if low == high else f" ({low}-{high})"
-    return f"{row['albums_finished']} of {row['albums']}{spread}"
-
-
-def checks(data: dict[str, Any]) -> list[Check]:
-    """The deadlock targets beside what was measured."""
-    result: list[Check] = []
-    wanted = {(10, "waiting"): 0, (20, "waiting"): None, (10, "fanin"): None}
-    for (slots, pattern), expected in wanted.items():
-        row = _find(data, pattern, slots)
-        if row is None:
-            continue
-        samples = row["samples"]["albums_finished"]
-        goal = row["albums"] if expected is None else expected
-        result.append(
-            Check(
-                "deadlock",
-                f"{pattern}, {slots} slots: finished",
-                f"{goal} of {row['albums']}",
-                _finished(row),
-                all(s == goal for s in samples),
-            )
-        )
-    # fakeredis runs in the benchmark's process: its times say little.
-    timed = data.get("redis") != "fakeredis"
-    # The fan-in against the hop any parent costs (the target), and both
-    # against no parent at all (reported): the parent's own cost is the floor
-    # under the fan-in's, and taskiq's, not the library's.
-    for pattern, other, target in (
-        ("fanin", "parent", True),
-        ("fanin", "baseline", False),
-        ("parent", "baseline", False),
-    ):
-        row, against = _find(data, pattern, 10), _find(data, other, 10)
-        if row is None or against is None:
-            continue
-        over = row["seconds"] / against["seconds"] - 1
-        result.append(
-            Check(
-                "deadlock",
-                f"{pattern} vs {other}, 10 slots",
-                f"within {TARGET_FANIN_MARGIN:.0%}" if target else "reported",
-                f"{row['seconds']:.3f} / {against['seconds']:.3f} s, {over:+.1%}",
-                over <= TARGET_FANIN_MARGIN if target and timed else None,
-            )
-        )
-    counts = sorted(int(key) for key in data["ideal_seconds"])
-    at = f"at {' / '.join(map(str, counts))} slots"
-    ideal = " / ".join(f"{data['ideal_seconds'][str(s)]:.3f}" for s in counts)
-    # The bound the slots allow first, then each pattern's time beside it.
-    result.append(Check("deadlock", f"ideal {at}", "", f"{ideal} s", None))
-    for pattern in PATTERNS + REFERENCE_PATTERNS:
-        rows = [_find(data, pattern, s) for s in counts]
-        times = " / ".join(
-            "-" if row is None else f"{row['seconds']:.3f}" for row in rows
-        )
-        result.append(
-            Check(
-                "deadlock",
-                f"{pattern} {at}",
-                "reported",
-                f"{times} s",
-                None,
-            )
-        )
-    return result
-
-
-def parser() -> argparse.ArgumentParser:
-    """Command-line options (defaults: ``make bench``)."""
-    defaults = Options()
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.deadlock", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--repeats", type=int, default=defaults.repeats)
-    p.add_argument(
+FLAGS = (
+    Flag("--repeats"),
+    Flag(
         "--wait-timeout",
-        type=float,
-        default=defaults.wait_timeout,
+        float,
         help="the waiting parents' wait_result timeout in seconds (seed: 30)",
-    )
-    p.add_argument("--slots", type=int, nargs="+", default=list(defaults.slots))
-    p.add_argument(
-        "--json", type=Path, default=RESULTS_DIR / "deadlock.json", help="output"
-    )
-    p.add_argument(
-        "--redis", choices=("auto", "server", "fake"), default="auto",
-        help=argparse.SUPPRESS,
-    )  # fmt: skip
-    return p
-
-
-def options_from(args: argparse.Namespace) -> Options:
-    """Options from parsed arguments."""
-    return Options(
-        slots=tuple(args.slots),
-        repeats=args.repeats,
-        wait_timeout=args.wait_timeout,
-        results_dir=args.json.parent,
-    )
+    ),
+    Flag("--slots", nargs="+"),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the deadlock benchmark alone."""
-    args = parser().parse_args(argv)
     return run_alone(
         "deadlock",
+        __doc__,
         run,
-        checks,
-        options_from(args),
-        redis_choice=args.redis,
-        json_path=args.json,
+        checks=deadlock_checks,
+        defaults=Options(),
+        flags=FLAGS,
         legend=LEGEND,
+        argv=argv,
     )
 
 

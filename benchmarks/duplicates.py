@@ -12,7 +12,6 @@ at their start whether every distinct child had finished.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections.abc import Sequence
@@ -20,17 +19,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from taskiq import TaskiqMessage, TaskiqMiddleware
+from taskiq import TaskiqMessage
 
-from benchmarks._redis import RedisProvider, stream_drained, wait_until
 from benchmarks._report import (
     RESULTS_DIR,
-    Check,
     Steps,
     console,
 )
-from benchmarks._run import Run, new_settings, run_alone, worker_run
+from benchmarks._run import Flag, Run, new_settings, run_alone, worker_run
+from benchmarks._targets import duplicates_checks
 from benchmarks.apps import duplicates as app
+from local_redis import (
+    DuplicatingMiddleware,
+    RedisProvider,
+    stream_drained,
+    wait_until,
+)
 from taskiq_fanin import Signature, group
 
 APP = "benchmarks.apps.duplicates"
@@ -104,26 +108,24 @@ def plan(options: Options) -> list[Child]:
     return children
 
 
-class Duplicator(TaskiqMiddleware):
+def duplicating(children: Sequence[Child]) -> DuplicatingMiddleware:
     """At-least-once delivery, simulated: the chosen children are sent twice.
 
     After a chosen child's message is sent, the very same message (same task id,
     labels and arguments) is sent again.
     """
+    chosen = {(c.album, c.image) for c in children if c.twice}
+    names = {"bench.dup.counter_child", "bench.dup.set_child"}
 
-    def __init__(self, task_names: set[str], chosen: set[tuple[int, int]]) -> None:
-        super().__init__()
-        self.task_names = task_names
-        self.chosen = chosen
-        self.sent = 0
+    def choose(message: TaskiqMessage) -> bool:
+        args = message.args
+        return (
+            message.task_name in names
+            and len(args) >= 2
+            and (int(args[0]), int(args[1])) in chosen
+        )
 
-    async def post_send(self, message: TaskiqMessage) -> None:
-        """Send the message again if it is a chosen child."""
-        if message.task_name not in self.task_names or len(message.args) < 2:
-            return
-        if (int(message.args[0]), int(message.args[1])) in self.chosen:
-            self.sent += 1
-            await self.broker.kick(self.broker.formatter.dumps(message))
+    return DuplicatingMiddleware(choose)
 
 
 @dataclass
@@ -164,8 +166,7 @@ async def one_side(
     settings = new_settings(
         provider.url, "dup", fanin_url=provider.url if side == "set" else ""
     )
-    chosen = {(c.album, c.image) for c in children if c.twice}
-    duplicator = Duplicator({"bench.dup.counter_child", "bench.dup.set_child"}, chosen)
+    duplicator = duplicating(children)
     tasks = app.build(settings, duplicator)
     by_album: dict[int, list[Child]] = {}
     for child in children:
@@ -184,9 +185,11 @@ async def one_side(
             for album in albums[first : first + options.wave]:
                 await _kick_album(tasks, side, album, by_album[album])
                 sent += len(by_album[album])
-            if not await _settle(run, sent + duplicator.sent, options.deadline):
+            if not await _settle(
+                run, sent + len(duplicator.duplicated), options.deadline
+            ):
                 break  # what never finalised is counted below
-        return await _read(run, options, sent + duplicator.sent)
+        return await _read(run, options, sent + len(duplicator.duplicated))
 
 
 async def _settle(run: Run, deliveries: int, timeout: float) -> bool:
@@ -259,75 +262,20 @@ async def run(
     }
 
 
-def checks(data: dict[str, Any]) -> list[Check]:
-    """The duplicates targets beside what was measured."""
-    albums = data["albums"]
-    counter, library = data["counter"], data["set"]
-    return [
-        Check(
-            "duplicates",
-            "set: early / twice / never",
-            "0 / 0 / 0",
-            f"{library['early']} / {library['double']} / {library['never']}"
-            f" of {albums}",
-            library["early"] == library["double"] == library["never"] == 0,
-        ),
-        Check(
-            "duplicates",
-            "counter: early / twice / never",
-            "early > 0",
-            f"{counter['early']} / {counter['double']} / {counter['never']}"
-            f" of {albums}",
-            counter["early"] > 0,
-        ),
-        Check(
-            "duplicates",
-            "deliveries",
-            "reported",
-            f"{data['deliveries']} for {data['children']} children",
-            None,
-        ),
-    ]
-
-
-def parser() -> argparse.ArgumentParser:
-    """Command-line options (defaults: ``make bench``)."""
-    defaults = Options()
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.duplicates", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--albums", type=int, default=defaults.albums)
-    p.add_argument("--seed", type=int, default=defaults.seed)
-    p.add_argument("--dup-rate", type=float, default=defaults.dup_rate)
-    p.add_argument("--json", type=Path, default=RESULTS_DIR / "duplicates.json")
-    p.add_argument(
-        "--redis", choices=("auto", "server", "fake"), default="auto",
-        help=argparse.SUPPRESS,
-    )  # fmt: skip
-    return p
-
-
-def options_from(args: argparse.Namespace) -> Options:
-    """Options from parsed arguments."""
-    return Options(
-        albums=args.albums,
-        seed=args.seed,
-        dup_rate=args.dup_rate,
-        results_dir=args.json.parent,
-    )
+FLAGS = (Flag("--albums"), Flag("--seed"), Flag("--dup-rate", float))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the duplicates benchmark alone."""
-    args = parser().parse_args(argv)
     return run_alone(
         "duplicates",
+        __doc__,
         run,
-        checks,
-        options_from(args),
-        redis_choice=args.redis,
-        json_path=args.json,
+        checks=duplicates_checks,
+        defaults=Options(),
+        flags=FLAGS,
         legend=LEGEND,
+        argv=argv,
     )
 
 

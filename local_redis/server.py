@@ -16,14 +16,17 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
 import redis
 from redis.exceptions import RedisError
 
-#: Environment variable naming a Redis server to use instead of starting one.
+from local_redis.processes import stop_process_group
+
+#: Environment variable naming a Redis server to use instead of starting one
+#: (:func:`local_redis.redis_url_from_env_or_server`).
 REDIS_URL_ENV = "REDIS_URL"
 
 #: Only ever listen on, and connect to, the loopback interface.
@@ -298,48 +301,9 @@ def _thaw(process: subprocess.Popen[bytes]) -> None:
             os.kill(process.pid, signal.SIGCONT)
 
 
-def stop_process_group(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
-    """SIGTERM the process's group, then SIGKILL it if it outlives ``grace``.
-
-    For processes started with ``start_new_session=True`` (the leaders of their
-    own group): a redis-server, or a ``taskiq worker``, which can hang on SIGTERM
-    and leaves child processes behind if only its leader is signalled.
-    """
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
 def _tail(path: Path, lines: int = 20) -> str:
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
-
-
-@contextlib.contextmanager
-def redis_url_from_env_or_server() -> Iterator[str]:
-    """Yield ``$REDIS_URL`` when it is set, else the URL of a fresh server.
-
-    A server started here is stopped when the block exits; a server named by
-    ``REDIS_URL`` is left alone (and never flushed: callers isolate their keys
-    with a unique prefix).
-
-    Raises:
-        RuntimeError: ``REDIS_URL`` is unset and no server could be started,
-            with instructions for installing ``redis-server``.
-    """
-    url = os.environ.get(REDIS_URL_ENV, "").strip()
-    if url:
-        yield url
-        return
-    with RedisServer() as server:
-        yield server.url

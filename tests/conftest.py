@@ -14,10 +14,7 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 from redis.asyncio import Redis
 
-from local_redis import RedisCluster, redis_url_from_env_or_server
-
-# Keys are deleted in batches of this many after each test.
-_DELETE_BATCH = 500
+from local_redis import RedisCluster, delete_keys, redis_url_from_env_or_server
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +54,7 @@ async def redis_client(redis_url: str, key_prefix: str) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
-        await _delete_prefixed(redis_url, key_prefix)
+        await delete_keys(redis_url, key_prefix)
 
 
 @pytest.fixture
@@ -76,18 +73,3 @@ def client(
 ) -> Redis:
     """The same test on fakeredis (real Lua through lupa) and on a real server."""
     return fake_redis if request.param == "fakeredis" else redis_client
-
-
-async def _delete_prefixed(redis_url: str, prefix: str) -> None:
-    cleaner = Redis.from_url(redis_url, decode_responses=False)
-    try:
-        batch: list[bytes] = []
-        async for key in cleaner.scan_iter(match=f"{prefix}*", count=_DELETE_BATCH):
-            batch.append(key)
-            if len(batch) >= _DELETE_BATCH:
-                await cleaner.unlink(*batch)
-                batch.clear()
-        if batch:
-            await cleaner.unlink(*batch)
-    finally:
-        await cleaner.aclose()

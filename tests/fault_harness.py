@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import importlib
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,14 +32,35 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from taskiq import TaskiqError
 
-from local_redis import RedisServer
+from local_redis import (
+    CONSUMER_GROUP,
+    RedisServer,
+    alive,
+    children_of,
+    poll_until,
+    stream_drained,
+)
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.api.broker import find_fanin
 from tests.harness import worker_process
 
+__all__ = [
+    "AOF",
+    "APP",
+    "CONSUMER_GROUP",
+    "POOL_EXHAUSTED",
+    "RETRY_LOG",
+    "Nudges",
+    "Rig",
+    "alive",
+    "children_of",
+    "fault_rig",
+    "nudging",
+    "summary",
+    "the_child",
+]
+
 APP = "tests.fault_app:broker"
-#: The consumer group taskiq-redis reads the stream with.
-CONSUMER_GROUP = "taskiq"
 #: A Redis that keeps every write it acknowledged across a crash.
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
 #: What a worker logs when a hook meets Redis away and retries (worker/retrying.py).
@@ -123,12 +143,7 @@ class Rig:
         XACK acknowledges a message, not one delivery of it: a copy the broker
         delivered again may still run after the first one was acknowledged.
         """
-        stream = await self.redis.xinfo_stream(self.app.STREAM)
-        (group,) = await self.redis.xinfo_groups(self.app.STREAM)
-        if (
-            group["pending"]
-            or group["last-delivered-id"] != stream["last-generated-id"]
-        ):
+        if not await stream_drained(self.redis, self.app.STREAM):
             return False
         bodies = await self.counted("running")
         return not any(count and alive(int(pid)) for pid, count in bodies.items())
@@ -230,42 +245,18 @@ async def nudging(rig: Rig, *, every: float = 0.2) -> AsyncIterator[Nudges]:
             await task
 
 
-def children_of(pid: int) -> list[int]:
-    """Live processes whose parent is ``pid`` (a ``taskiq worker``'s children)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        # pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
-
-
 def the_child(process: Popen[bytes], *, timeout: float = 30.0) -> int:
     """The pid of the one child (the worker proper) of a ``taskiq worker``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        children = children_of(process.pid)
-        if len(children) == 1:
-            return children[0]
-        time.sleep(0.05)
-    msg = f"taskiq worker {process.pid} has no single child process"
-    raise AssertionError(msg)
+    children: list[int] = []
 
+    def one_child() -> bool:
+        children[:] = children_of(process.pid)
+        return len(children) == 1
 
-def alive(pid: int) -> bool:
-    """Whether a process with this pid exists (and is not a zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    if not poll_until(one_child, timeout=timeout):
+        msg = f"taskiq worker {process.pid} has no single child process"
+        raise AssertionError(msg)
+    return children[0]
 
 
 def summary(test: str, **counts: Any) -> None:

@@ -1,17 +1,16 @@
-"""A real taskiq worker inside the test's event loop, and waiting with a deadline.
+"""A real taskiq worker inside the test's event loop, or in a process of its own.
 
 The broker is taskiq-redis's ``RedisStreamBroker`` on the test's own stream, and
 the worker is taskiq's own ``Receiver`` with a bounded ``max_async_tasks``: the
-same code ``taskiq worker`` runs, without a process to manage.
+same code ``taskiq worker`` runs, without a process to manage. Waiting with a
+deadline (``eventually``) and the worker processes come from ``local_redis``.
 """
 
 import asyncio
 import contextlib
 import os
 import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,22 @@ from taskiq import (
 from taskiq.receiver import Receiver
 from taskiq_redis import RedisStreamBroker
 
-from local_redis import stop_process_group
+from local_redis import DuplicatingMiddleware, TaskiqWorker, eventually
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.store.scripts import RedisClient
+
+__all__ = [
+    "BLOCK_MS",
+    "ROOT",
+    "DuplicatingMiddleware",
+    "LossyStreamBroker",
+    "SentMessages",
+    "eventually",
+    "lossy_stream_broker",
+    "stream_broker",
+    "worker",
+    "worker_process",
+]
 
 
 class LossyStreamBroker(RedisStreamBroker):
@@ -119,39 +131,6 @@ async def worker(broker: AsyncBroker, max_async_tasks: int) -> AsyncIterator[Rec
             listening.cancel()
 
 
-async def eventually(
-    condition: Callable[[], bool | Awaitable[bool]],
-    *,
-    timeout: float = 20.0,
-    what: str = "condition",
-) -> None:
-    """Wait until ``condition`` holds; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        held = condition()
-        if not isinstance(held, bool):
-            held = await held
-        if held:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-class DuplicatingMiddleware(TaskiqMiddleware):
-    """At-least-once delivery, simulated: sends chosen messages a second time."""
-
-    def __init__(self, choose: Callable[[TaskiqMessage], bool]) -> None:
-        super().__init__()
-        self.choose = choose
-        self.duplicated: list[TaskiqMessage] = []
-
-    async def post_send(self, message: TaskiqMessage) -> None:
-        if self.choose(message):
-            self.duplicated.append(message)
-            await self.broker.kick(self.broker.formatter.dumps(message))
-
-
 class SentMessages(TaskiqMiddleware):
     """Remembers what was sent (to send the very same message again) and which
     messages a worker has finished with, skipped or not.
@@ -198,29 +177,15 @@ def worker_process(
     worker`` can hang on SIGTERM, so SIGKILL follows a short grace. With ``log``,
     its output (both streams) is appended to that file, to be read afterwards.
     """
-    with contextlib.ExitStack() as stack:
-        output = stack.enter_context(log.open("ab")) if log is not None else None
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "taskiq",
-                "worker",
-                app,
-                "--max-async-tasks",
-                str(max_async_tasks),
-                "--workers",
-                "1",
-                "--shutdown-timeout",
-                "1",
-            ],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-            start_new_session=True,
-            stdout=output,
-            stderr=subprocess.STDOUT if output is not None else None,
-        )
-        try:
-            yield process
-        finally:
-            stop_process_group(process)
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    with TaskiqWorker(
+        app,
+        max_async_tasks=max_async_tasks,
+        options=("--shutdown-timeout", "1"),
+        cwd=ROOT,
+        env=environment,
+        log_path=log,
+        append=True,
+    ) as running:
+        assert running.process is not None
+        yield running.process

@@ -6,12 +6,11 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from local_redis import stop_process_group
+from local_redis import process_group
 from tests.harness import ROOT
 
 #: How a README's command is started here: with this interpreter and its venv.
@@ -36,11 +35,8 @@ def readme_commands(example: str) -> list[list[str]]:
 @contextlib.contextmanager
 def started(command: list[str], env: dict[str, str]) -> Iterator[None]:
     """The README's worker, in a process group of its own, stopped for certain."""
-    process = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
-    try:
+    with process_group(command, cwd=ROOT, env=env):
         yield
-    finally:
-        stop_process_group(process)
 
 
 async def run(command: list[str], env: dict[str, str]) -> tuple[int, str]:

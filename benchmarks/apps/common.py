@@ -19,9 +19,6 @@ from taskiq_fanin import FanInMiddleware
 #: The environment variable a worker process reads its settings from (JSON).
 SETTINGS_ENV = "TASKIQ_FANIN_BENCH"
 
-#: taskiq-redis's default consumer group, which readiness and drain checks read.
-CONSUMER_GROUP = "taskiq"
-
 #: The task a benchmark kicks to know a worker is listening.
 PING_TASK = "bench.ping"
 

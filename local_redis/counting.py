@@ -1,10 +1,11 @@
-"""Counting the commands a run costs, with MONITOR.
+"""Counting the commands a run costs: INFO commandstats, and MONITOR.
 
-MONITOR shows every command a server runs, in order: commands sent by clients
-with the client's address, and commands run inside a script with the source
-``lua``. So one untimed pass separates round trips (client commands; a script
-call is one) from commands executed inside Redis (both). INFO commandstats counts
-the same executed commands without telling the two apart; it is used as a check.
+INFO commandstats counts, per command, what a server executed: script calls and
+the commands run inside them alike. MONITOR shows every command a server runs,
+in order: commands sent by clients with the client's address, and commands run
+inside a script with the source ``lua``. So one untimed pass with a
+:class:`MonitorTap` separates round trips (client commands; a script call is
+one) from commands executed inside Redis (both); commandstats is the check.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import Redis
 
-#: The benchmark's own probes: never part of what a run costs.
+#: A counting run's own probes: never part of what a run costs.
 PROBES = frozenset({
     "CLIENT", "COMMAND", "ECHO", "HELLO", "INFO", "MEMORY", "MONITOR", "PING",
     "SCAN", "SCRIPT", "SELECT", "XINFO", "XLEN",
@@ -225,16 +226,30 @@ class MonitorTap:
                 self._open[client] = (was_polling or polling, was_fanin or fanin)
 
 
+async def commandstats(client: Redis) -> Counter[str]:
+    """Calls per command as INFO commandstats counts them.
+
+    Named as Redis names them: ``evalsha``, ``client|setinfo`` (a subcommand
+    after a bar).
+    """
+    stats: dict[str, dict[str, object]] = await client.info("commandstats")
+    return Counter(
+        {
+            name.removeprefix("cmdstat_"): int(str(value["calls"]))
+            for name, value in stats.items()
+        }
+    )
+
+
 async def commandstats_calls(url: str) -> int:
-    """Calls counted by INFO commandstats, the benchmark's own probes excluded."""
-    client = Redis.from_url(url, decode_responses=True)
+    """Calls counted by INFO commandstats, the probes (:data:`PROBES`) excluded."""
+    client = Redis.from_url(url)
     try:
-        stats = await client.info("commandstats")
+        counts = await commandstats(client)
     finally:
         await client.aclose()
-    total = 0
-    for name, value in stats.items():
-        command = name.removeprefix("cmdstat_").split("|")[0].upper()
-        if command not in PROBES:
-            total += int(value["calls"])
-    return total
+    return sum(
+        calls
+        for name, calls in counts.items()
+        if name.split("|")[0].upper() not in PROBES
+    )

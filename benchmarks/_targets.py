@@ -1,0 +1,235 @@
+"""The targets of the benchmarks beside what was measured: the summary's rows.
+
+Each function reads one benchmark's JSON document (and nothing else), so a
+document written earlier can be judged again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks._report import Check
+
+#: How much slower than parents that only kick (``parent``, taskiq's own hop,
+#: measured in the same run) the fan-in may be at 10 slots (fraction).
+TARGET_FANIN_MARGIN = 0.02
+#: The most worker CPU a group's member may cost next to a plain task (ratio).
+#: Wall time is reported, not a target: on a shared machine the same side's
+#: run varies by far more than the difference between the sides.
+TARGET_CPU_RATIO = 1.10
+#: Client round trips one child completion may cost.
+TARGET_ROUND_TRIPS = 1.0
+#: Commands a Celery 5.7 chord runs in Redis per completion; ours must be fewer.
+CELERY_CHORD_COMMANDS = 12
+
+
+def _patterns(data: dict[str, Any]) -> list[str]:
+    """The deadlock's patterns in the order they ran, the reference's last."""
+    rows = [*data["runs"], *data.get("reference_runs", [])]
+    return list(dict.fromkeys(row["pattern"] for row in rows))
+
+
+def _find(data: dict[str, Any], pattern: str, slots: int) -> dict[str, Any] | None:
+    for row in [*data["runs"], *data.get("reference_runs", [])]:
+        if row["pattern"] == pattern and row["slots"] == slots:
+            return row  # type: ignore[no-any-return]
+    return None
+
+
+def _finished(row: dict[str, Any]) -> str:
+    """Albums finished, the median; the spread of the repeats when they differ."""
+    samples = row["samples"]["albums_finished"]
+    low, high = min(samples), max(samples)
+    spread = "" if low == high else f" ({low}-{high})"
+    return f"{row['albums_finished']} of {row['albums']}{spread}"
+
+
+def deadlock_checks(data: dict[str, Any]) -> list[Check]:
+    """The deadlock targets beside what was measured."""
+    result: list[Check] = []
+    wanted = {(10, "waiting"): 0, (20, "waiting"): None, (10, "fanin"): None}
+    for (slots, pattern), expected in wanted.items():
+        row = _find(data, pattern, slots)
+        if row is None:
+            continue
+        samples = row["samples"]["albums_finished"]
+        goal = row["albums"] if expected is None else expected
+        result.append(
+            Check(
+                "deadlock",
+                f"{pattern}, {slots} slots: finished",
+                f"{goal} of {row['albums']}",
+                _finished(row),
+                all(s == goal for s in samples),
+            )
+        )
+    # fakeredis runs in the benchmark's process: its times say little.
+    timed = data.get("redis") != "fakeredis"
+    # The fan-in against the hop any parent costs (the target), and both
+    # against no parent at all (reported): the parent's own cost is the floor
+    # under the fan-in's, and taskiq's, not the library's.
+    for pattern, other, target in (
+        ("fanin", "parent", True),
+        ("fanin", "baseline", False),
+        ("parent", "baseline", False),
+    ):
+        row, against = _find(data, pattern, 10), _find(data, other, 10)
+        if row is None or against is None:
+            continue
+        over = row["seconds"] / against["seconds"] - 1
+        result.append(
+            Check(
+                "deadlock",
+                f"{pattern} vs {other}, 10 slots",
+                f"within {TARGET_FANIN_MARGIN:.0%}" if target else "reported",
+                f"{row['seconds']:.3f} / {against['seconds']:.3f} s, {over:+.1%}",
+                over <= TARGET_FANIN_MARGIN if target and timed else None,
+            )
+        )
+    counts = sorted(int(key) for key in data["ideal_seconds"])
+    at = f"at {' / '.join(map(str, counts))} slots"
+    ideal = " / ".join(f"{data['ideal_seconds'][str(s)]:.3f}" for s in counts)
+    # The bound the slots allow first, then each pattern's time beside it.
+    result.append(Check("deadlock", f"ideal {at}", "", f"{ideal} s", None))
+    for pattern in _patterns(data):
+        rows = [_find(data, pattern, s) for s in counts]
+        times = " / ".join(
+            "-" if row is None else f"{row['seconds']:.3f}" for row in rows
+        )
+        result.append(
+            Check(
+                "deadlock",
+                f"{pattern} {at}",
+                "reported",
+                f"{times} s",
+                None,
+            )
+        )
+    return result
+
+
+def duplicates_checks(data: dict[str, Any]) -> list[Check]:
+    """The duplicates targets beside what was measured."""
+    albums = data["albums"]
+    counter, library = data["counter"], data["set"]
+    return [
+        Check(
+            "duplicates",
+            "set: early / twice / never",
+            "0 / 0 / 0",
+            f"{library['early']} / {library['double']} / {library['never']}"
+            f" of {albums}",
+            library["early"] == library["double"] == library["never"] == 0,
+        ),
+        Check(
+            "duplicates",
+            "counter: early / twice / never",
+            "early > 0",
+            f"{counter['early']} / {counter['double']} / {counter['never']}"
+            f" of {albums}",
+            counter["early"] > 0,
+        ),
+        Check(
+            "duplicates",
+            "deliveries",
+            "reported",
+            f"{data['deliveries']} for {data['children']} children",
+            None,
+        ),
+    ]
+
+
+def _pairs(row: dict[str, Any]) -> str:
+    """The wall time ratio: the median of the pairs and their spread."""
+    low, high = row["pair_ratio_range"]
+    if row["pairs"] == 1:
+        return f"{low:.2f} (1 pair)"
+    return f"{row['pair_ratio_median']:.2f} ({low:.2f}-{high:.2f})"
+
+
+def _cpu(row: dict[str, Any]) -> str:
+    """Worker CPU per member / per plain task: the ratio and the two."""
+    if row["worker_cpu_ratio"] is None:
+        return "not measurable here"
+    cpu = row["cpu_us_per_child"]
+    fanin, plain = cpu["fanin"]["worker"], cpu["plain"]["worker"]
+    return f"{row['worker_cpu_ratio']:.2f}: {fanin:.0f} / {plain:.0f} us"
+
+
+def overhead_checks(data: dict[str, Any]) -> list[Check]:
+    """The overhead targets beside what was measured."""
+    result: list[Check] = []
+    # An embedded fakeredis runs every script through lupa in the benchmark's
+    # own process: its times and the worker's CPU say nothing about the library.
+    timed = data.get("redis") != "fakeredis"
+    for row in data["runs"]:
+        ratio = row["worker_cpu_ratio"]
+        result.append(
+            Check(
+                "overhead",
+                f"worker CPU ratio, N={row['n']:,}",
+                f"<= {TARGET_CPU_RATIO:.2f}",
+                _cpu(row),
+                ratio <= TARGET_CPU_RATIO if timed and ratio is not None else None,
+            )
+        )
+    for row in data["runs"]:
+        pairs = row["pairs"]
+        result.append(
+            Check(
+                "overhead",
+                f"wall ratio, N={row['n']:,}, {pairs} pair"
+                + ("s" if pairs != 1 else ""),
+                "reported",
+                _pairs(row),
+                None,
+            )
+        )
+    for row in data.get("few_slots", []):
+        slots = row["max_async_tasks"]
+        result.append(
+            Check(
+                "overhead",
+                f"wall ratio, N={row['n']:,}, {slots} slot"
+                + ("s" if slots != 1 else ""),
+                "reported",
+                f"{row['ratio']:.2f}: {row['fanin_seconds']:.2f} / "
+                f"{row['plain_seconds']:.2f} s",
+                None,
+            )
+        )
+    first = data["runs"][0]
+    trips = first.get("round_trips_per_child")
+    commands = first.get("redis_commands_per_child")
+    result.append(
+        Check(
+            "overhead",
+            "round trips per completion",
+            f"<= {TARGET_ROUND_TRIPS:g}",
+            "not measurable here" if trips is None else f"{trips:.2f}",
+            None if trips is None else trips <= TARGET_ROUND_TRIPS,
+        )
+    )
+    result.append(
+        Check(
+            "overhead",
+            "Redis commands per completion",
+            f"< {CELERY_CHORD_COMMANDS}",
+            "not measurable here"
+            if commands is None
+            else f"{commands:.2f} (Celery: {CELERY_CHORD_COMMANDS})",
+            None if commands is None else commands < CELERY_CHORD_COMMANDS,
+        )
+    )
+    for row in data["runs"]:
+        memory = row.get("bytes_per_member")
+        result.append(
+            Check(
+                "overhead",
+                f"memory per member, N={row['n']:,}",
+                "reported",
+                "not measurable here" if memory is None else f"{memory:.0f} B",
+                None,
+            )
+        )
+    return result
