@@ -11,15 +11,24 @@ is gone from Redis, and only the sweep re-drives it from the ledger.
 Real ``taskiq worker`` processes of ``tests.fault_app`` (``idle_timeout`` of 1 s
 here), the member SIGKILLed with its worker proper mid-body; its body's starts are
 counted on the observation server (``started``), which outlives every process.
+Then the brokers alone, against an entry a consumer read and never acknowledged
+(what a killed worker leaves): which read takes it back on ``RedisStreamBroker``,
+and that ``RedisStreamClusterBroker`` never does.
 """
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
+from collections import Counter
+from collections.abc import AsyncIterator
 from subprocess import Popen
 
 import pytest
+from redis.asyncio import Redis, RedisCluster
+from taskiq import AckableMessage, AsyncBroker, BrokerMessage
+from taskiq_redis import RedisStreamBroker, RedisStreamClusterBroker
 
 from taskiq_fanin import FindingKind, GroupStatus, group_status, sweep
 from tests.fault_harness import Rig, alive, fault_rig, summary, the_child
@@ -265,3 +274,122 @@ async def _completed_and_list_drained(rig: Rig, group_id: str) -> bool:
         return False
     bodies = await rig.counted("running")
     return not any(count and alive(int(pid)) for pid, count in bodies.items())
+
+
+# -- the broker alone: which read takes a dead consumer's entry back ------------
+#
+# What a killed worker leaves on a stream is an entry pending under a consumer
+# name no live process reads with again: here a consumer that read and never
+# acknowledged. A listener of the broker under test runs beside it.
+
+DEAD_CONSUMER = "dead"
+
+
+def message(body: str) -> BrokerMessage:
+    """A message for the broker alone: only its bytes are looked at."""
+    return BrokerMessage(
+        task_id=body, task_name="nudge", message=body.encode(), labels={}
+    )
+
+
+@contextlib.asynccontextmanager
+async def listening(
+    broker: AsyncBroker, *, ack: bool = True
+) -> AsyncIterator[list[bytes]]:
+    """What ``broker.listen()`` yields, in order, while the block runs; with
+    ``ack``, each is acknowledged, as a worker would once done with it."""
+    got: list[bytes] = []
+
+    async def loop() -> None:
+        async for message in broker.listen():
+            assert isinstance(message, AckableMessage)
+            got.append(message.data)
+            if ack:
+                await message.ack()
+
+    task = asyncio.create_task(loop())
+    try:
+        yield got
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _read_by_a_consumer_that_dies(
+    redis: Redis | RedisCluster, stream: str
+) -> None:
+    await redis.xadd(stream, {b"data": b"killed"})
+    await redis.xreadgroup("taskiq", DEAD_CONSUMER, {stream: ">"}, count=1)
+
+
+async def _pending_under(redis: Redis | RedisCluster, stream: str) -> dict[str, int]:
+    """Pending entries by consumer."""
+    found = await redis.xpending_range(stream, "taskiq", min="-", max="+", count=10)
+    return dict(Counter(entry["consumer"].decode() for entry in found))
+
+
+async def test_the_stream_broker_takes_a_dead_entry_back_after_the_first_read_past_idle(
+    redis_client: Redis, redis_url: str, key_prefix: str
+) -> None:
+    stream = f"{key_prefix}:stream"
+    broker = RedisStreamBroker(
+        redis_url, queue_name=stream, xread_block=100, idle_timeout=IDLE_TIMEOUT_MS
+    )
+    await broker.startup()
+    try:
+        await _read_by_a_consumer_that_dies(redis_client, stream)
+        async with listening(broker) as got:
+            # A message within the idle timeout: read, and nothing taken back.
+            await broker.kick(message("early"))
+            await eventually(lambda: got == [b"early"], what="the early message")
+            await eventually(
+                lambda: _idle_past_timeout(redis_client, stream),
+                what="the dead entry to be idle past the idle timeout",
+            )
+            # The first message after it: its read is followed by XAUTOCLAIM.
+            await broker.kick(message("late"))
+            await eventually(lambda: len(got) == 3, what="the late message and more")
+        pending = await _pending_under(redis_client, stream)
+    finally:
+        await broker.shutdown()
+
+    assert got == [b"early", b"late", b"killed"]
+    assert pending == {}  # the dead entry was taken over, run and acknowledged
+
+
+async def _idle_past_timeout(redis: Redis, stream: str) -> bool:
+    found = await redis.xpending_range(
+        stream, "taskiq", min="-", max="+", count=10, idle=IDLE_TIMEOUT_MS
+    )
+    return [entry["consumer"] for entry in found] == [DEAD_CONSUMER.encode()]
+
+
+@pytest.mark.cluster
+async def test_the_cluster_stream_broker_never_takes_a_dead_entry_back(
+    redis_cluster_url: str, key_prefix: str
+) -> None:
+    stream = f"{key_prefix}:stream"
+    broker = RedisStreamClusterBroker(
+        redis_cluster_url, queue_name=stream, xread_block=100
+    )
+    await broker.startup()
+    try:
+        await _read_by_a_consumer_that_dies(broker.redis, stream)
+        # Not acknowledged: acks through the cluster client beside its blocked
+        # read left the broker's shutdown hanging here.
+        async with listening(broker, ack=False) as got:
+            await broker.kick(message("traffic"))
+            await eventually(lambda: len(got) == 1, what="the first message")
+            # RedisStreamBroker yields the dead entry right after that read;
+            # here the next thing yielded is the next message.
+            await broker.kick(message("more"))
+            await eventually(lambda: len(got) == 2, what="the second message")
+        pending = await _pending_under(broker.redis, stream)
+        await broker.redis.delete(stream)
+    finally:
+        await broker.shutdown()
+
+    assert got == [b"traffic", b"more"]
+    # The dead entry is left where the dead consumer left it.
+    assert pending == {DEAD_CONSUMER: 1, broker.consumer_name: 2}
