@@ -1,11 +1,10 @@
-"""Review of issue 16: a chain the sweep gives up on while its step still runs.
+"""A chain the sweep gives up on while its step still runs: that step undoes itself.
 
 The sweep gives up on a chain whose step is past its span even while a live
 worker is running that step (renewing its run lease). When that step then ends
-*successfully*, its work is done, but the chain is already ``failed``: the
-step's compensation never runs and nothing is logged, so the saga is left
-half-undone in silence. A cancel in the same spot runs the running step's own
-compensation when it ends (README, "cancel"); a give-up does not.
+*successfully*, its work is done while the chain is already ``failed``: the
+step's own compensation runs then, as it does for a step that ends after a
+cancel (once, however often the step's end is recorded).
 
 Real redis-server, real ``Receiver``.
 """
