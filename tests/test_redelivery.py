@@ -31,6 +31,7 @@ from taskiq import AckableMessage, AsyncBroker, BrokerMessage
 from taskiq_redis import RedisStreamBroker, RedisStreamClusterBroker
 
 from taskiq_fanin import FindingKind, GroupStatus, group_status, sweep
+from taskiq_fanin.model.ids import member_task_id
 from tests.fault_harness import Rig, alive, fault_rig, summary, the_child
 from tests.harness import eventually
 from tests.test_faults import completed_and_drained, continuations, plan
@@ -102,7 +103,7 @@ async def idle_pending(rig: Rig) -> int:
 async def test_on_a_quiet_stream_a_killed_member_waits_for_the_next_message(
     tmp_path, monkeypatch
 ):
-    group_id, task_id = "quiet", f"quiet.{KILLED}"
+    group_id, task_id = "quiet", member_task_id("quiet", KILLED)
     async with fault_rig(
         tmp_path, monkeypatch, HANG=task_id, IDLE_TIMEOUT_MS=str(IDLE_TIMEOUT_MS)
     ) as rig:
@@ -149,7 +150,7 @@ async def test_on_a_quiet_stream_a_killed_member_waits_for_the_next_message(
 async def test_on_a_quiet_stream_the_sweep_redrives_a_killed_member_past_its_deadline(
     tmp_path, monkeypatch
 ):
-    group_id, task_id = "swept", f"swept.{KILLED}"
+    group_id, task_id = "swept", member_task_id("swept", KILLED)
     async with fault_rig(
         tmp_path,
         monkeypatch,
@@ -209,7 +210,7 @@ async def _overdue_and_idle(rig: Rig, group_id: str) -> bool:
 async def test_on_a_list_broker_a_killed_member_never_comes_back_but_is_redriven(
     tmp_path, monkeypatch
 ):
-    group_id, task_id = "listed", f"listed.{KILLED}"
+    group_id, task_id = "listed", member_task_id("listed", KILLED)
     async with fault_rig(
         tmp_path, monkeypatch, BROKER="list", HANG=task_id, DEADLINE=str(DEADLINE)
     ) as rig:

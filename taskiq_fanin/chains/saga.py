@@ -83,7 +83,8 @@ async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
     with a ``ChainFailure``, the compensations started, then ``failed``; a group
     step is cancelled, nothing waits on it now. The record's token and step
     checks make it once: False when the chain moved on meanwhile (a slow step
-    that ended), was cancelled, or is gone; a step ending later moves nothing.
+    that ended), was cancelled, or is gone. A step still running ends as after
+    a cancel: it moves nothing, and its compensation runs.
     """
     kick = PendingStep.model_validate_json(pending)
     cursor = kick.cursor
@@ -97,6 +98,7 @@ async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
         step=cursor.index,
         error=failure,
         delivery=delivery,
+        given_up=True,
     )
     if failed is not Failed.FAILING:
         return False
@@ -126,7 +128,7 @@ async def compensate(ctx: FanInContext, undo_id: str, compensations: list[str]) 
 async def undo_cancelled_step(
     ctx: FanInContext, cursor: ChainCursor, *, undo: bool, delivery: str
 ) -> None:
-    """The chain was cancelled while this step ran: its own effect is undone too.
+    """The chain was cancelled (or given up) while this step ran: undo it too.
 
     ``undo``: the step's body did its work (a failed one left nothing to undo).
     The record keeps that compensation, so that the sweep starts it should this

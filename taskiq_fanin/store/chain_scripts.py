@@ -106,13 +106,23 @@ class ChainScripts:
         error: str,
         delivery: str,
         compensation: str = "",
+        given_up: bool = False,
     ) -> tuple[Failed, list[str]]:
         """Record the chain failing at ``step``: ``DONE`` with its compensations.
 
         ``compensation``: the step's own, when its body did its work and only its
-        result could not be used (it is undone with the others).
+        result could not be used (it is undone with the others). ``given_up``:
+        the sweep gives the chain up at ``step``; a copy of it still running
+        undoes itself when it ends (``CANCELLED`` is its reply then).
         """
-        args: Args = [token, step, error, delivery, compensation]
+        args: Args = [
+            token,
+            step,
+            error,
+            delivery,
+            compensation,
+            "1" if given_up else "",
+        ]
         reply = await self._call("fail", keys, args)
         return Failed(reply[0]), [text(c) for c in reply[1:]]
 

@@ -68,6 +68,7 @@ class Advanced(enum.IntEnum):
     GONE = 0
     ADVANCED = 1
     DUPLICATE = 2
+    #: Cancelled while the step ran, or given up by the sweep at this step.
     CANCELLED = 3
 
 
@@ -77,7 +78,7 @@ class Finished(enum.IntEnum):
     #: Not at that step (a duplicate), not this token's, or over.
     NOT_NOW = 0
     DONE = 1
-    #: Cancelled while the step ran.
+    #: Cancelled while the step ran, or given up by the sweep at this step.
     CANCELLED = 3
     #: The record has expired: nothing else will record the member.
     MISSING = 4
@@ -89,6 +90,7 @@ class Failed(enum.IntEnum):
     NOT_NOW = 0
     #: Failing now: its compensations are handed back.
     FAILING = 1
+    #: Cancelled while the step ran, or given up by the sweep at this step.
     CANCELLED = 3
     MISSING = 4
 
