@@ -1,9 +1,9 @@
 """The typed records: a group's meta and a chain's record, and who knows their fields.
 
-``store/records.py`` is the only module (the Lua scripts aside) that knows the
+``store/records/`` is the only package (the Lua scripts aside) that knows the
 names of the hash fields. How it is kept so: every module of ``taskiq_fanin/``
-but that one is parsed (``ast``) and walked; a string constant equal to a stored
-field name (``records.STORED_FIELDS``, read from the records module itself, so
+outside it is parsed (``ast``) and walked; a string constant equal to a stored
+field name (``records.STORED_FIELDS``, read from the records package itself, so
 the check and the records cannot drift) fails the test where it is used as a
 key: a subscript (``found["span"]``), the key of ``.get``/``.pop``, the left
 side of ``in``, an argument of a Redis hash command (``hget``, ``hmget``, ...),
@@ -42,7 +42,8 @@ from taskiq_fanin.store.records import ChainRecord, GroupMeta, meta_options
 from taskiq_fanin.store.replies import Outcome
 from taskiq_fanin.store.scripts import CHAIN_SCRIPT_FILES, SCRIPT_FILES, _source
 
-PACKAGE = Path(records.__file__).parents[1]
+RECORDS = Path(records.__file__).parent
+PACKAGE = RECORDS.parents[1]
 #: Redis commands on a hash whose arguments name its fields.
 HASH_COMMANDS = {"hget", "hmget", "hset", "hincrby", "hexists", "hdel", "hsetnx"}
 #: Uses of a stored name as a key that are not a record's field: (module, name).
@@ -94,9 +95,12 @@ def raw_lookups(source: str) -> list[tuple[int, str]]:
 
 
 def modules_outside_records() -> list[Path]:
-    """Every module of the package but the records module (the Lua is not Python)."""
-    here = Path(records.__file__)
-    return [path for path in sorted(PACKAGE.rglob("*.py")) if path != here]
+    """Every module of the package outside the records (the Lua is not Python)."""
+    return [
+        path
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not path.is_relative_to(RECORDS)
+    ]
 
 
 def test_no_module_but_the_records_reads_a_stored_field_by_name() -> None:
