@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.scripts import text
 
 
@@ -115,7 +116,7 @@ class Cancelled:
 class Inspected:
     """What ``inspectGroup`` read: the group as the sweep judges it."""
 
-    meta: dict[str, str]
+    meta: GroupMeta
     lease_held: bool
     missing: list[int]
     #: Redis's clock when it was read (epoch ms): the meta's times are on it.
@@ -173,7 +174,7 @@ def inspected(reply: list[Any]) -> Inspected | None:
         return None
     meta, lease_held, missing, now = reply
     return Inspected(
-        meta=flat_hash(meta),
+        meta=GroupMeta.from_hash(flat_hash(meta)),
         lease_held=bool(lease_held),
         missing=[int(index) for index in missing],
         now_ms=int(now),
