@@ -43,6 +43,7 @@ class ChainRecord:
         "outcome": "outcome",
         "payload": "payload",
         "step_undo": "step_undo",
+        "given_up_step": "given_up_step",
         "moved_by": "moved_by",
     }
 
@@ -76,8 +77,12 @@ class ChainRecord:
     member: str = ""
     outcome: str = ""
     payload: str = ""
-    #: The compensation of a step that ran while the chain was cancelled.
+    #: The compensation of a step that ran while the chain was cancelled (or
+    #: given up at that step).
     step_undo: str = ""
+    #: The step the sweep gave the chain up at: a copy of it ending later
+    #: undoes itself.
+    given_up_step: int | None = None
     moved_by: str = ""
 
     @classmethod
@@ -112,6 +117,7 @@ class ChainRecord:
             outcome=f.get("outcome", ""),
             payload=f.get("payload", ""),
             step_undo=f.get("step_undo", ""),
+            given_up_step=as_time(f, "given_up_step"),
             moved_by=f.get("moved_by", ""),
         )
 
