@@ -19,8 +19,7 @@ from taskiq_fanin.model.results import (
     from_millis,
 )
 from taskiq_fanin.store.keys import ChainKeys, chain_index_key, validate_chain_id
-from taskiq_fanin.store.replies import Begin
-from taskiq_fanin.store.scripts import text
+from taskiq_fanin.store.replies import Begin, text
 
 #: What a listing shows: chains not over yet.
 OPEN = frozenset({ChainState.RUNNING, ChainState.FAILING})

@@ -12,8 +12,7 @@ from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.labels import ContinuationRef, MemberRef
 from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.replies import Begin
-from taskiq_fanin.store.scripts import text
+from taskiq_fanin.store.replies import Begin, text
 
 
 async def begin(

@@ -16,7 +16,7 @@ from taskiq_fanin.store.keys import (
     index_key,
     validate_group_id,
 )
-from taskiq_fanin.store.scripts import text
+from taskiq_fanin.store.replies import text
 
 #: The most groups one listing reads.
 DEFAULT_LIST_LIMIT = 1000
