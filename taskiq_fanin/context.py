@@ -22,11 +22,11 @@ from taskiq_fanin.model.errors import MiddlewareNotFoundError
 from taskiq_fanin.model.labels import MemberRef
 from taskiq_fanin.model.spec import ChainSpec
 from taskiq_fanin.store.chain_scripts import ChainScripts
+from taskiq_fanin.store.client import RedisClient
 from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.queue_kicks import kicking_broker
-from taskiq_fanin.store.scripts import RedisClient
 
 #: Who claims a finaliser's lease, for inspection.
 CLAIMANT = f"{socket.gethostname()}:{os.getpid()}"

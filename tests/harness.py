@@ -26,7 +26,7 @@ from taskiq_redis import RedisStreamBroker
 
 from local_redis import DuplicatingMiddleware, TaskiqWorker, eventually
 from taskiq_fanin import FanInMiddleware
-from taskiq_fanin.store.scripts import RedisClient
+from taskiq_fanin.store.client import RedisClient
 
 __all__ = [
     "BLOCK_MS",

@@ -344,7 +344,7 @@ class ChainLife(Scripted):
         last = step == self.steps - 1
         if failed and not self.keep_going:
             failed, _ = self.run(
-                self.scripts.fail(
+                self.scripts.begin_failing(
                     self.keys, token="tok", step=step, error=failure, delivery=delivery
                 )
             )
@@ -378,7 +378,7 @@ class ChainLife(Scripted):
 
     @rule()
     def failing_ends(self) -> None:
-        self.run(self.scripts.failed(self.keys, token="tok"))
+        self.run(self.scripts.end_failing(self.keys, token="tok"))
 
     @rule()
     def cancel(self) -> None:

@@ -3,7 +3,6 @@ a real redis-server. No Python copy of a script exists anywhere.
 """
 
 import asyncio
-import re
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import ChainKeys, GroupKeys
+from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.replies import (
     Begin,
@@ -19,12 +18,6 @@ from taskiq_fanin.store.replies import (
     Created,
     Outcome,
     Recorded,
-)
-from taskiq_fanin.store.scripts import (
-    CHAIN_SCRIPT_FILES,
-    GROUP_SCRIPT_FILES,
-    SCRIPT_FILES,
-    read_script,
 )
 
 TOKEN = "t0k3n"
@@ -129,31 +122,6 @@ async def dispatch(
     return await scripts.mark_dispatched(
         keys, token=TOKEN, dispatched=kind, tombstone_ms=5_000, claimant=claimant
     )
-
-
-def test_every_script_name_states_the_number_of_keys_it_uses() -> None:
-    for filename in SCRIPT_FILES.values():
-        name = re.fullmatch(r"[a-z][A-Za-z]+-(\d+)\.lua", filename)
-        assert name is not None, filename
-        declared = int(name.group(1))
-        source = read_script(filename)
-        assert f"KEYS[{declared}]" in source
-        assert f"KEYS[{declared + 1}]" not in source
-    # The wrappers pass every key of a group, or of a chain's record.
-    group_keys, chain_keys = len(GroupKeys("p", "g").all), len(ChainKeys("p", "c").all)
-    takes = {name: int(f.split("-")[1][0]) for name, f in GROUP_SCRIPT_FILES.items()}
-    # The sweep's lock and its indexes are keys of their own; creating a group
-    # also looks at the record of a chain of the same id.
-    assert {n: k for n, k in takes.items() if k != group_keys} == {
-        "release_lock": 1,
-        "schedule": 1,
-        "create_group": group_keys + 1,
-    }
-    chain_takes = {n: int(f.split("-")[1][0]) for n, f in CHAIN_SCRIPT_FILES.items()}
-    # Starting a chain also looks at the meta of a group of the same id.
-    assert {n: k for n, k in chain_takes.items() if k != chain_keys} == {
-        "start": chain_keys + 1
-    }
 
 
 async def test_create_writes_meta_and_ledger_with_ttls(

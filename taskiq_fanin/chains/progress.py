@@ -109,7 +109,7 @@ async def _failed(
     # Should this worker die before its member is recorded or the chain is
     # failed, the sweep looks at it once a lease is over, not at its deadline.
     look = index.reschedule(ctx, cursor.id, ms(ctx.config.lease), chains=True)
-    fail = ctx.chain_scripts.fail(
+    fail = ctx.chain_scripts.begin_failing(
         keys_of(ctx, cursor.id),
         token=cursor.token,
         step=cursor.index,

@@ -18,8 +18,8 @@ from taskiq_fanin.model.results import (
 )
 from taskiq_fanin.store.keys import ChainKeys, chain_index_key, validate_chain_id
 from taskiq_fanin.store.records import ChainRecord
+from taskiq_fanin.store.records.fields import text
 from taskiq_fanin.store.replies import Begin
-from taskiq_fanin.store.scripts import text
 
 #: What a listing shows: chains not over yet.
 OPEN = frozenset({ChainState.RUNNING, ChainState.FAILING})

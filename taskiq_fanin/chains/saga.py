@@ -56,7 +56,9 @@ async def after_failure(
             .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
         )
     await compensate(ctx, undo_chain_id(cursor.id), compensations)
-    await ctx.chain_scripts.failed(record.keys_of(ctx, cursor.id), token=cursor.token)
+    await ctx.chain_scripts.end_failing(
+        record.keys_of(ctx, cursor.id), token=cursor.token
+    )
 
 
 async def finish_failing(ctx: FanInContext, chain_id: str, pending: str) -> None:
@@ -93,7 +95,7 @@ async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
     delivery = new_delivery()
     # Should the sweep die half-way, the next one finishes it a lease later.
     await index.reschedule(ctx, cursor.id, ms(ctx.config.lease), chains=True)
-    failed, compensations = await ctx.chain_scripts.fail(
+    failed, compensations = await ctx.chain_scripts.begin_failing(
         record.keys_of(ctx, cursor.id),
         token=cursor.token,
         step=cursor.index,

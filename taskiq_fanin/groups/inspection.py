@@ -11,7 +11,7 @@ from taskiq_fanin.store.keys import (
     validate_group_id,
 )
 from taskiq_fanin.store.records import GroupMeta
-from taskiq_fanin.store.scripts import text
+from taskiq_fanin.store.records.fields import text
 
 #: The most groups one listing reads.
 DEFAULT_LIST_LIMIT = 1000

@@ -6,19 +6,23 @@ shared :class:`PipelineBatcher`, so a burst of chains shares a few connections.
 
 from typing import Any
 
+from taskiq_fanin.store.client import RedisClient
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
-from taskiq_fanin.store.pipeline import PipelineBatcher, ScriptBatcher
+from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.records import ChainRecord
+from taskiq_fanin.store.records.fields import text
 from taskiq_fanin.store.replies import (
     Advanced,
+    Applied,
     Begin,
+    Cancel,
     Cancelled,
     Failed,
     Finished,
     Started,
     flat_hash,
 )
-from taskiq_fanin.store.scripts import CHAIN_SCRIPT_FILES, RedisClient, register, text
+from taskiq_fanin.store.scripts import Scripts
 
 Args = list[str | int]
 
@@ -28,13 +32,15 @@ class ChainScripts:
 
     def __init__(self, client: RedisClient, pipeline: PipelineBatcher) -> None:
         self._pipeline = pipeline
-        self._scripts = {
-            name: ScriptBatcher(pipeline, script)
-            for name, script in register(client, CHAIN_SCRIPT_FILES).items()
-        }
+        self._scripts = Scripts(client, pipeline)
 
     async def _call(self, name: str, keys: ChainKeys, args: Args) -> Any:
+        """A script of both the record and its compensations."""
         return await self._scripts[name](keys=keys.all, args=args)
+
+    async def _call_record(self, name: str, keys: ChainKeys, args: Args) -> Any:
+        """A script of the record alone."""
+        return await self._scripts[name](keys=[keys.record], args=args)
 
     async def start(
         self,
@@ -56,7 +62,9 @@ class ChainScripts:
         """
         args: Args = [token, steps, names, ttl_ms, pending, deadline_ms, member]
         group_meta = GroupKeys(keys.prefix, keys.chain_id).meta
-        reply = await self._scripts["start"](keys=[*keys.all, group_meta], args=args)
+        reply = await self._scripts["startChain"](
+            keys=[keys.record, group_meta], args=args
+        )
         return Started(int(reply))
 
     async def advance(
@@ -76,7 +84,7 @@ class ChainScripts:
         The same ``delivery`` retrying after a lost reply is told so again.
         """
         args: Args = [token, step, compensation, ttl_ms, pending, failure, delivery]
-        return Advanced(await self._call("advance", keys, args))
+        return Advanced(await self._call("advanceChain", keys, args))
 
     async def finish(
         self,
@@ -97,9 +105,9 @@ class ChainScripts:
         same ``delivery`` retrying after a lost reply is told ``DONE`` again.
         """
         args: Args = [token, step, failure, delivery, outcome, payload, compensation]
-        return Finished(await self._call("finish", keys, args))
+        return Finished(await self._call("finishChain", keys, args))
 
-    async def fail(
+    async def begin_failing(
         self,
         keys: ChainKeys,
         *,
@@ -110,7 +118,10 @@ class ChainScripts:
         compensation: str = "",
         given_up: bool = False,
     ) -> tuple[Failed, list[str]]:
-        """Record the chain failing at ``step``: ``DONE`` with its compensations.
+        """Record the chain failing at ``step``: ``FAILING`` with its compensations.
+
+        It stays failing until :meth:`end_failing`, once the error continuation
+        and the compensations are kicked.
 
         ``compensation``: the step's own, when its body did its work and only its
         result could not be used (it is undone with the others). ``given_up``:
@@ -125,20 +136,22 @@ class ChainScripts:
             compensation,
             "1" if given_up else "",
         ]
-        reply = await self._call("fail", keys, args)
+        reply = await self._call("beginFailingChain", keys, args)
         return Failed(reply[0]), [text(c) for c in reply[1:]]
 
-    async def failed(self, keys: ChainKeys, *, token: str) -> bool:
+    async def end_failing(self, keys: ChainKeys, *, token: str) -> bool:
         """A failing chain's error continuation and compensations are kicked."""
-        return bool(await self._call("failed", keys, [token]))
+        reply = await self._call("endFailingChain", keys, [token])
+        return Applied(reply) is Applied.APPLIED
 
     async def cancel(self, keys: ChainKeys) -> Cancelled | None:
         """Cancel a running chain (or hand back a cancelled one's), else None."""
-        reply = await self._call("cancel", keys, [])
-        if reply[0] == 0:
+        reply = await self._call("cancelChain", keys, [])
+        code = Cancel(reply[0])
+        if code is Cancel.GONE:
             return None
         return Cancelled(
-            now=reply[0] == 1,
+            now=code is Cancel.NOW,
             step=int(reply[1]),
             member=text(reply[2]),
             step_undo=text(reply[3]),
@@ -160,17 +173,19 @@ class ChainScripts:
         Asked again by the same delivery, it renews its lease.
         """
         args: Args = [token, step, attempt, delivery, lease_ms]
-        return Begin(await self._call("begin_step", keys, args))
+        return Begin(await self._call_record("beginStep", keys, args))
 
     async def release_step(
         self, keys: ChainKeys, *, token: str, step: int, attempt: int
     ) -> bool:
         """Give up a step attempt's run lease so that its retry may run."""
-        return bool(await self._call("release_step", keys, [token, step, attempt]))
+        args: Args = [token, step, attempt]
+        reply = await self._call_record("releaseStep", keys, args)
+        return Applied(reply) is Applied.APPLIED
 
     async def inspect(self, keys: ChainKeys) -> tuple[ChainRecord, int] | None:
         """The record and Redis's now (epoch ms); ``None`` if the chain is gone."""
-        reply = await self._call("inspect", keys, [])
+        reply = await self._call_record("inspectChain", keys, [])
         if not reply:
             return None
         return ChainRecord.from_hash(flat_hash(reply[0])), int(reply[1])
@@ -179,8 +194,9 @@ class ChainScripts:
         self, keys: ChainKeys, *, token: str, max_redrives: int, ttl_ms: int
     ) -> tuple[int, str | None]:
         """Count a re-drive: (re-drives so far, the step's kick to repeat or None)."""
-        reply = await self._call("redrive", keys, [token, max_redrives, ttl_ms])
-        return int(reply[1]), (text(reply[2]) if reply[0] == 1 else None)
+        reply = await self._call("redriveChain", keys, [token, max_redrives, ttl_ms])
+        redriven = Applied(reply[0]) is Applied.APPLIED
+        return int(reply[1]), (text(reply[2]) if redriven else None)
 
     async def read(self, keys: ChainKeys) -> ChainRecord:
         """The whole record (state ``missing`` when the chain is missing)."""

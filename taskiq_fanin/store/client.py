@@ -16,11 +16,14 @@
 A client the caller passes in is used as it is: configure it the same way.
 """
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+#: The clients the library works with: one server (or Sentinel's), or a cluster.
+RedisClient = Redis | RedisCluster
 
 #: Tries of one command (or pipeline) the client makes on its own.
 CLIENT_RETRIES = 3

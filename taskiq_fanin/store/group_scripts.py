@@ -10,10 +10,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from taskiq_fanin.store import replies
+from taskiq_fanin.store.client import RedisClient
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
-from taskiq_fanin.store.pipeline import Command, PipelineBatcher, ScriptBatcher
+from taskiq_fanin.store.pipeline import Command, PipelineBatcher
+from taskiq_fanin.store.records.fields import text
 from taskiq_fanin.store.replies import (
+    Applied,
     Begin,
     CollectedOutcomes,
     Created,
@@ -22,7 +25,7 @@ from taskiq_fanin.store.replies import (
     Recorded,
     Redriven,
 )
-from taskiq_fanin.store.scripts import GROUP_SCRIPT_FILES, RedisClient, register, text
+from taskiq_fanin.store.scripts import Scripts
 
 #: Ledger entries one read asks for at most (one short command each).
 LEDGER_CHUNK = 500
@@ -44,14 +47,14 @@ class GroupScripts:
         batching: OutcomeBatching | None = None,
     ) -> None:
         self._pipeline = pipeline
-        registered = register(client, GROUP_SCRIPT_FILES)
-        self._scripts = {
-            name: ScriptBatcher(pipeline, script) for name, script in registered.items()
-        }
+        self._scripts = Scripts(client, pipeline)
         #: Members of one group finishing together share one script call; the
         #: worker tells it which members run here.
         self.outcomes = OutcomeBatcher(
-            pipeline, registered["record_outcome"], prefix=prefix, tuning=batching
+            pipeline,
+            self._scripts.registered("recordOutcome"),
+            prefix=prefix,
+            tuning=batching,
         )
 
     async def send(self, command: Command) -> Any:
@@ -76,8 +79,8 @@ class GroupScripts:
         """
         pairs = [value for item in options.items() for value in item]
         chain_record = ChainKeys(keys.prefix, keys.group_id).record
-        code, group_token, *state = await self._scripts["create_group"](
-            keys=[*keys.all, chain_record],
+        code, group_token, *state = await self._scripts["createGroup"](
+            keys=[keys.meta, keys.plan, keys.claim, chain_record],
             args=[
                 token,
                 planner_lease_ms,
@@ -109,7 +112,7 @@ class GroupScripts:
         ``delivery`` retrying after a lost reply is told ``CLAIMED`` again.
         """
         code, shared = await self.outcomes.record(
-            keys.all,
+            keys.recording,
             token,
             head=(lease_ms, claimant),
             member=(index, outcome.value, payload, delivery),
@@ -123,12 +126,14 @@ class GroupScripts:
         self, keys: GroupKeys, *, token: str
     ) -> CollectedOutcomes | None:
         """Read what the finaliser needs; ``None`` if the group is gone."""
-        reply = await self._scripts["collect_outcomes"](keys=keys.all, args=[token])
+        collecting = [keys.meta, keys.done, keys.failed, keys.results, keys.errors]
+        reply = await self._scripts["collectOutcomes"](keys=collecting, args=[token])
         return replies.collected(reply) if reply else None
 
     async def mark_planned(self, keys: GroupKeys, *, token: str) -> bool:
         """Note that every member was dispatched."""
-        return bool(await self._scripts["mark_planned"](keys=keys.all, args=[token]))
+        reply = await self._scripts["markPlanned"](keys=[keys.meta], args=[token])
+        return Applied(reply) is Applied.APPLIED
 
     async def mark_dispatched(
         self,
@@ -141,18 +146,21 @@ class GroupScripts:
     ) -> bool:
         """Note which continuation was enqueued and release the lease if ours."""
         args = [token, dispatched, tombstone_ms, claimant]
-        return bool(await self._scripts["mark_dispatched"](keys=keys.all, args=args))
+        reply = await self._scripts["markDispatched"](keys=keys.all, args=args)
+        return Applied(reply) is Applied.APPLIED
 
     async def mark_completed(
         self, keys: GroupKeys, *, token: str, tombstone_ms: int
     ) -> bool:
         """Shrink a group whose continuation ran to a tombstone."""
         args = [token, tombstone_ms]
-        return bool(await self._scripts["mark_completed"](keys=keys.all, args=args))
+        reply = await self._scripts["markCompleted"](keys=keys.all, args=args)
+        return Applied(reply) is Applied.APPLIED
 
     async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
         """Meta, lease and missing members of a group; ``None`` if it is gone."""
-        return replies.inspected(await self._scripts["inspect_group"](keys=keys.all))
+        inspecting = [keys.meta, keys.plan, keys.done, keys.failed, keys.claim]
+        return replies.inspected(await self._scripts["inspectGroup"](keys=inspecting))
 
     async def ledger_entries(
         self, keys: GroupKeys, indexes: Sequence[int]
@@ -172,8 +180,10 @@ class GroupScripts:
     ) -> Redriven:
         """Record a re-drive and read the ledger entries of the missing members."""
         args = [token, max_redrives]
+        # Every key whose expiry the new deadline pushes: all but the lease.
+        redriving = [k for k in keys.all if k != keys.claim]
         return replies.redriven(
-            await self._scripts["redrive_group"](keys=keys.all, args=args)
+            await self._scripts["redriveGroup"](keys=redriving, args=args)
         )
 
     async def give_up(
@@ -181,17 +191,20 @@ class GroupScripts:
     ) -> int | None:
         """Mark the missing members lost and claim; ``None`` if not open."""
         args = [token, lease_ms, claimant]
-        reply = await self._scripts["give_up"](keys=keys.all, args=args)
-        return int(reply[1]) if reply[0] == 1 else None
+        giving_up = [keys.meta, keys.plan, keys.done, keys.failed, keys.claim]
+        reply = await self._scripts["giveUp"](keys=giving_up, args=args)
+        return int(reply[1]) if Applied(reply[0]) is Applied.APPLIED else None
 
     async def release_lock(self, lock_key: str, holder: str) -> bool:
         """Delete ``lock_key`` if ``holder`` still holds it."""
-        return bool(await self._scripts["release_lock"](keys=[lock_key], args=[holder]))
+        reply = await self._scripts["releaseLock"](keys=[lock_key], args=[holder])
+        return Applied(reply) is Applied.APPLIED
 
     async def cancel_group(self, keys: GroupKeys, *, tombstone_ms: int) -> bool:
         """Cancel an open group; False if it is missing or not open."""
         args = [tombstone_ms]
-        return bool(await self._scripts["cancel_group"](keys=keys.all, args=args))
+        reply = await self._scripts["cancelGroup"](keys=keys.all, args=args)
+        return Applied(reply) is Applied.APPLIED
 
     async def begin_continuation(
         self, keys: GroupKeys, *, token: str, attempt: int, delivery: str, lease_ms: int
@@ -202,7 +215,7 @@ class GroupScripts:
         """
         args = [token, attempt, delivery, lease_ms]
         return Begin(
-            await self._scripts["begin_continuation"](keys=keys.all, args=args)
+            await self._scripts["beginContinuation"](keys=[keys.meta], args=args)
         )
 
     async def reclaim_finaliser(
@@ -210,16 +223,18 @@ class GroupScripts:
     ) -> bool:
         """Take over a claimed group whose finaliser's lease ran out."""
         args = [token, lease_ms, claimant]
-        return bool(await self._scripts["reclaim_finaliser"](keys=keys.all, args=args))
+        reclaiming = [keys.meta, keys.claim]
+        reply = await self._scripts["reclaimFinaliser"](keys=reclaiming, args=args)
+        return Applied(reply) is Applied.APPLIED
 
     async def release_continuation(
         self, keys: GroupKeys, *, token: str, attempt: int
     ) -> bool:
         """Give up an attempt's run lease so that its retry may run."""
         args = [token, attempt]
-        return bool(
-            await self._scripts["release_continuation"](keys=keys.all, args=args)
-        )
+        releasing = [keys.meta]
+        reply = await self._scripts["releaseContinuation"](keys=releasing, args=args)
+        return Applied(reply) is Applied.APPLIED
 
     async def schedule(
         self, index: str, item: str, *, after_ms: int, mode: str
@@ -230,9 +245,10 @@ class GroupScripts:
         ``sooner`` only an existing one due later.
         """
         args = [mode, item, after_ms]
-        return bool(await self._scripts["schedule"](keys=[index], args=args))
+        reply = await self._scripts["scheduleSweep"](keys=[index], args=args)
+        return Applied(reply) is Applied.APPLIED
 
     async def due(self, index: str, *, batch: int) -> tuple[int, list[str]]:
         """Redis's now (epoch ms), and up to ``batch`` entries of ``index`` due."""
-        now, *due = await self._scripts["schedule"](keys=[index], args=["due", batch])
+        now, *due = await self._scripts["listDue"](keys=[index], args=[batch])
         return int(now), [text(item) for item in due]

@@ -95,6 +95,18 @@ class GroupKeys:
             self.claim,
         )
 
+    @cached_property
+    def recording(self) -> tuple[str, ...]:
+        """The keys recording an outcome touches (``recordOutcome``), in its order."""
+        return (
+            self.meta,
+            self.done,
+            self.failed,
+            self.results,
+            self.errors,
+            self.claim,
+        )
+
 
 @lru_cache(maxsize=4096)
 def group_keys(prefix: str, group_id: str) -> GroupKeys:

@@ -132,7 +132,7 @@ class OutcomeBatcher:
         if member is None:
             return
         self.member_ended(message)  # the same message started twice: ended first
-        key = (*group_keys(self._prefix, member.group_id).all, member.token)
+        key = (*group_keys(self._prefix, member.group_id).recording, member.token)
         self._runs[id(message)] = _Run(message, member, key, asyncio.current_task())
         self._unjoined.setdefault(key, set()).add(member.index)
         self._members_here += 1

@@ -114,6 +114,11 @@ class ScriptBatcher:
         self._script = script
         self._batcher = batcher
 
+    @property
+    def script(self) -> AsyncScript:
+        """The script as redis-py registered it."""
+        return self._script
+
     async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
         """Run the script with ``keys`` and ``args``; returns its reply."""
         command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)

@@ -1,6 +1,9 @@
 """What the scripts answer, typed: codes as enums, replies as dataclasses.
 
-A script result never needs string parsing beyond what is done here once.
+The codes are defined here once: the scripts' prelude renders every enum of
+``REPLY_CODES`` as a Lua table, and a script returns ``Recorded.CLAIMED``,
+never a bare number. A script result never needs string parsing beyond what is
+done here once.
 """
 
 import enum
@@ -9,7 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskiq_fanin.store.records import GroupMeta
-from taskiq_fanin.store.scripts import text
+from taskiq_fanin.store.records.fields import text
+
+
+class Applied(enum.IntEnum):
+    """Result of a script that makes its one change or writes nothing."""
+
+    #: Nothing was written (missing, not this token's, not in a state for it).
+    UNCHANGED = 0
+    APPLIED = 1
 
 
 class Created(enum.IntEnum):
@@ -80,20 +91,45 @@ class Finished(enum.IntEnum):
     NOT_NOW = 0
     DONE = 1
     #: Cancelled while the step ran, or given up by the sweep at this step.
-    CANCELLED = 3
+    CANCELLED = 2
     #: The record has expired: nothing else will record the member.
-    MISSING = 4
+    MISSING = 3
 
 
 class Failed(enum.IntEnum):
-    """Result of ``failChain``."""
+    """Result of ``beginFailingChain``."""
 
     NOT_NOW = 0
     #: Failing now: its compensations are handed back.
     FAILING = 1
     #: Cancelled while the step ran, or given up by the sweep at this step.
-    CANCELLED = 3
-    MISSING = 4
+    CANCELLED = 2
+    MISSING = 3
+
+
+class Cancel(enum.IntEnum):
+    """Result of ``cancelChain``."""
+
+    #: Missing, or ended otherwise.
+    GONE = 0
+    #: Cancelled by this call.
+    NOW = 1
+    #: Cancelled before: handed back again.
+    BEFORE = 2
+
+
+#: Every reply code a script returns: the prelude defines each as a Lua table.
+REPLY_CODES: tuple[type[enum.IntEnum], ...] = (
+    Applied,
+    Created,
+    Started,
+    Begin,
+    Recorded,
+    Advanced,
+    Finished,
+    Failed,
+    Cancel,
+)
 
 
 @dataclass(frozen=True)
@@ -191,7 +227,7 @@ def redriven(reply: list[Any]) -> Redriven:
     """``redriveGroup``'s reply."""
     code, redrives, *flat = reply
     return Redriven(
-        redriven=code == 1,
+        redriven=Applied(code) is Applied.APPLIED,
         redrives=int(redrives),
         members={
             int(index): text(entry)

@@ -1,84 +1,107 @@
-"""The Lua scripts, loaded from package data, and what every wrapper shares.
+"""The Lua scripts, found in package data, and what every wrapper shares.
 
-Each script lives in ``lua/<verbNoun>-<number of keys>.lua`` and is registered
-once per client with redis-py's ``register_script`` (EVALSHA, reloaded on
-NOSCRIPT), behind ``lua/prelude.lua``: Redis's clock (``TIME``: no script is
-given a caller's clock) and the state tables of ``model/states.py``. Every key
-goes in through KEYS, which keeps the scripts Cluster-safe.
+Each script is a file ``lua/<verbNoun>-<number of keys>.lua``; the folder is
+read, not listed (a hand-written map beside it drifts). A wrapper asks for its
+script by name (``recordOutcome``): registered on first use with redis-py's
+``register_script`` (EVALSHA, reloaded on NOSCRIPT), once per wrapper, behind
+``lua/prelude.lua``: Redis's clock (``TIME``: no script is given a caller's
+clock), the state tables of ``model/states.py`` and the reply codes of
+``store/replies.py``. Every key goes in through KEYS, which keeps the scripts
+Cluster-safe.
 """
 
+import re
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 
 from taskiq_fanin.model.states import lua_table
+from taskiq_fanin.store.client import RedisClient
+from taskiq_fanin.store.pipeline import PipelineBatcher, ScriptBatcher
+from taskiq_fanin.store.replies import REPLY_CODES
 
-RedisClient = Redis | RedisCluster
-
-#: The scripts of a group, by wrapper name; they all take the group's 7 keys
-#: (``createGroup`` also the record key of a chain of the same id).
-GROUP_SCRIPT_FILES = {
-    "create_group": "createGroup-8.lua",
-    "record_outcome": "recordOutcome-7.lua",
-    "collect_outcomes": "collectOutcomes-7.lua",
-    "mark_planned": "markPlanned-7.lua",
-    "mark_dispatched": "markDispatched-7.lua",
-    "mark_completed": "markCompleted-7.lua",
-    "inspect_group": "inspectGroup-7.lua",
-    "redrive_group": "redriveGroup-7.lua",
-    "give_up": "giveUp-7.lua",
-    "cancel_group": "cancelGroup-7.lua",
-    "begin_continuation": "beginContinuation-7.lua",
-    "reclaim_finaliser": "reclaimFinaliser-7.lua",
-    "release_continuation": "releaseContinuation-7.lua",
-    "release_lock": "releaseLock-1.lua",
-    "schedule": "scheduleGroup-1.lua",
-}
-#: The scripts of a chain's workflow record; they take its 2 keys
-#: (``startChain`` also the meta key of a group of the same id).
-CHAIN_SCRIPT_FILES = {
-    "start": "startChain-3.lua",
-    "advance": "advanceChain-2.lua",
-    "finish": "finishChain-2.lua",
-    "fail": "failChain-2.lua",
-    "failed": "failedChain-2.lua",
-    "cancel": "cancelChain-2.lua",
-    "begin_step": "beginStep-2.lua",
-    "release_step": "releaseStep-2.lua",
-    "inspect": "inspectChain-2.lua",
-    "redrive": "redriveChain-2.lua",
-}
-#: Every script the package ships.
-SCRIPT_FILES = {**GROUP_SCRIPT_FILES, **CHAIN_SCRIPT_FILES}
+#: The folder of the scripts, in the package's data.
+_FOLDER = resources.files(__package__).joinpath("lua")
+PRELUDE = "prelude.lua"
+_NAMED = re.compile(r"(?P<name>[a-z][A-Za-z]+)-(?P<keys>\d+)\.lua")
 
 
-def read_script(filename: str) -> str:
-    """A packaged Lua script as it is loaded: behind the shared prelude."""
-    return prelude() + _source(filename)
+@dataclass(frozen=True)
+class PackagedScript:
+    """One script file: its name, the number of keys it takes, its source."""
+
+    name: str
+    #: How many keys it is called with, from its file name.
+    keys: int
+    filename: str
+
+    @property
+    def source(self) -> str:
+        """The script as it is loaded: behind the shared prelude."""
+        return prelude() + _source(self.filename)
+
+
+@cache
+def packaged() -> dict[str, PackagedScript]:
+    """Every script the package ships, by name, as its folder holds them."""
+    found: dict[str, PackagedScript] = {}
+    for entry in _FOLDER.iterdir():
+        if not entry.name.endswith(".lua") or entry.name == PRELUDE:
+            continue
+        named = _NAMED.fullmatch(entry.name)
+        if named is None:
+            raise ValueError(f"{entry.name}: a script is named verbNoun-<keys>.lua")
+        name = named["name"]
+        if name in found:
+            raise ValueError(f"{entry.name}: {found[name].filename} has its name")
+        found[name] = PackagedScript(name, int(named["keys"]), entry.name)
+    return dict(sorted(found.items()))
+
+
+class Scripts:
+    """The packaged scripts on one client, by name, through a shared pipeline."""
+
+    def __init__(self, client: RedisClient, pipeline: PipelineBatcher) -> None:
+        self._client = client
+        self._pipeline = pipeline
+        self._registered: dict[str, ScriptBatcher] = {}
+
+    def __getitem__(self, name: str) -> ScriptBatcher:
+        """The script ``name`` (``recordOutcome``), registered on first use."""
+        script = self._registered.get(name)
+        if script is None:
+            source = packaged()[name].source
+            script = ScriptBatcher(self._pipeline, self._client.register_script(source))
+            self._registered[name] = script
+        return script
+
+    def registered(self, name: str) -> AsyncScript:
+        """The script ``name`` as redis-py registered it (to call it directly)."""
+        return self[name].script
 
 
 def _source(filename: str) -> str:
-    return resources.files(__package__).joinpath("lua").joinpath(filename).read_text()
+    return _FOLDER.joinpath(filename).read_text()
 
 
 @cache
 def prelude() -> str:
-    """What every script is loaded behind: Redis's clock and the state tables."""
-    return _source("prelude.lua").replace("__MOVES__", lua_table()) + "\n"
+    """What every script is loaded behind: the clock, the states, the codes."""
+    return (
+        _source(PRELUDE)
+        .replace("__MOVES__", lua_table())
+        .replace("__CODES__", lua_codes())
+        + "\n"
+    )
 
 
-def register(client: RedisClient, files: dict[str, str]) -> dict[str, AsyncScript]:
-    """Register each script once on ``client``, by wrapper name."""
-    return {
-        name: client.register_script(read_script(filename))
-        for name, filename in files.items()
-    }
-
-
-def text(value: object) -> str:
-    """A Redis reply as text, whichever way the client decodes (nil: '')."""
-    if value is None:
-        return ""
-    return value.decode() if isinstance(value, bytes) else str(value)
+def lua_codes() -> str:
+    """The reply codes as Lua tables (``local Recorded = codes('Recorded', ...)``)."""
+    return "\n".join(
+        f"local {codes.__name__} = codes('{codes.__name__}', {{"
+        + ", ".join(f"{member.name} = {member.value}" for member in codes)
+        + "})"
+        for codes in REPLY_CODES
+    )

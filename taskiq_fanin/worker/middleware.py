@@ -38,10 +38,9 @@ from taskiq_fanin.model.config import (
 )
 from taskiq_fanin.model.errors import MiddlewareNotFoundError, RunningElsewhereError
 from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
-from taskiq_fanin.store.client import connect
+from taskiq_fanin.store.client import RedisClient, connect
 from taskiq_fanin.store.outcome_batching import OutcomeBatching
 from taskiq_fanin.store.replies import Begin
-from taskiq_fanin.store.scripts import RedisClient
 from taskiq_fanin.worker import ending, guard, skipping
 from taskiq_fanin.worker.leases import RunLeases
 from taskiq_fanin.worker.recording import Recording

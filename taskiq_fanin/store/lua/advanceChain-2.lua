@@ -14,16 +14,18 @@
   ARGV[6] failure       the step's error summary (JSON) when it failed, or ''
   ARGV[7] delivery      this delivery of the step (random), the same when it retries
 
-  Returns 1 when advanced (kick the next step), or advanced by this very
-  delivery before (its reply was lost: kick it again); 2 when the step was
-  already advanced past by another (a duplicate); 3 when the chain is
-  cancelled, or was given up at this very step by the sweep (the step undoes
-  itself: its compensation is kept in 'step_undo'); 0 when the chain is missing, not this token's, or over.
+  Returns Advanced.ADVANCED when advanced (kick the next step), or advanced by
+  this very delivery before (its reply was lost: kick it again);
+  Advanced.DUPLICATE when the step was already advanced past by another;
+  Advanced.CANCELLED when the chain is cancelled, or was given up at this
+  very step by the sweep (the step undoes itself: its compensation is kept in
+  'step_undo'); Advanced.GONE when the chain
+  is missing, not this token's, or over.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by',
   'given_up_step')
 if record[1] ~= ARGV[1] then
-  return 0
+  return Advanced.GONE
 end
 if record[2] == 'cancelled' or given_up_at(record[2], record[5], ARGV[2]) then
   -- The step ran while the chain was cancelled: its compensation is kept for
@@ -31,16 +33,16 @@ if record[2] == 'cancelled' or given_up_at(record[2], record[5], ARGV[2]) then
   if ARGV[3] ~= '' and tonumber(record[3]) == tonumber(ARGV[2]) then
     redis.call('HSET', KEYS[1], 'step_undo', ARGV[3])
   end
-  return 3
+  return Advanced.CANCELLED
 end
 if record[2] ~= 'running' then
-  return 0
+  return Advanced.GONE
 end
 if tonumber(record[3]) ~= tonumber(ARGV[2]) then
   if tonumber(record[3]) == tonumber(ARGV[2]) + 1 and record[4] == ARGV[7] then
-    return 1
+    return Advanced.ADVANCED
   end
-  return 2
+  return Advanced.DUPLICATE
 end
 redis.call('HSET', KEYS[1], 'step', tonumber(ARGV[2]) + 1, 'updated', now_ms(),
   'pending', ARGV[5], 'moved_by', ARGV[7])
@@ -52,4 +54,4 @@ if ARGV[3] ~= '' then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
-return 1
+return Advanced.ADVANCED

@@ -10,20 +10,20 @@
   KEYS[1] record
   KEYS[2] comps
 
-  Returns {1, step, member, step undo, compensation, ...} (in step order) when
-  cancelled now, {2, ...} the same when cancelled before, {0} when the chain is
-  missing or ended otherwise. ``member`` is the label of the group member the
+  Returns {Cancel.NOW, step, member, step undo, compensation, ...} (in step
+  order) when cancelled now, {Cancel.BEFORE, ...} the same when cancelled
+  before, {Cancel.GONE} when the chain is missing or ended otherwise. ``member`` is the label of the group member the
   chain is, or ''; ``step undo`` the compensation of the step that was running,
   once it has ended, or ''.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'state', 'step', 'member', 'step_undo')
-local code = 2
+local code = Cancel.BEFORE
 if record[1] == 'running' then
   local now = now_ms()
   move(KEYS[1], 'chain', 'running', 'cancelled', 'updated', now, 'finished', now)
-  code = 1
+  code = Cancel.NOW
 elseif record[1] ~= 'cancelled' then
-  return {0}
+  return {Cancel.GONE}
 end
 local reply = redis.call('LRANGE', KEYS[2], 0, -1)
 table.insert(reply, 1, record[4] or '')

@@ -10,14 +10,15 @@
 
   ARGV[1] tombstone  ms to keep the meta
 
-  Returns 1 when cancelled now, 0 when the group is missing or not open.
+  Returns Applied.APPLIED when cancelled now, Applied.UNCHANGED when the group
+  is missing or not open.
 ]]
 if redis.call('HGET', KEYS[1], 'state') ~= 'open' then
-  return 0
+  return Applied.UNCHANGED
 end
 move(KEYS[1], 'group', 'open', 'cancelled', 'cancelled_at', now_ms())
 redis.call('DEL', KEYS[2], KEYS[5], KEYS[6], KEYS[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[3], ARGV[1])
 redis.call('PEXPIRE', KEYS[4], ARGV[1])
-return 1
+return Applied.APPLIED

@@ -8,15 +8,16 @@
   ARGV[1] token
   ARGV[2] tombstone  ms to keep the meta
 
-  Returns 1 when completed now, 0 when missing, not this token's, or in a state
-  that cannot complete (open, cancelled, completed already). The claim key (the
+  Returns Applied.APPLIED when completed now, Applied.UNCHANGED when missing,
+  not this token's, or in a state that cannot complete (open, cancelled,
+  completed already). The claim key (the
   running copy's lease) goes with the rest.
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state')
 if meta[1] ~= ARGV[1] or not may_move('group', meta[2], 'completed') then
-  return 0
+  return Applied.UNCHANGED
 end
 move(KEYS[1], 'group', meta[2], 'completed', 'completed_at', now_ms())
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+return Applied.APPLIED

@@ -12,21 +12,22 @@
   ARGV[3] tombstone  ms a completed group's meta is kept to absorb late duplicates
   ARGV[4] claimant   who dispatched: the lease is released only if it is theirs
 
-  Returns 1 when recorded, 0 when the group is missing, not this token's, not
-  claimed (or past it), or its dispatch is recorded already.
+  Returns Applied.APPLIED when recorded, Applied.UNCHANGED when the group is
+  missing, not this token's, not claimed (or past it), or its dispatch is
+  recorded already.
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'dispatched')
 if meta[1] ~= ARGV[1] or meta[3] then
-  return 0
+  return Applied.UNCHANGED
 end
 local state = meta[2]
 if state ~= 'claimed' and state ~= 'running' and state ~= 'completed' then
-  return 0
+  return Applied.UNCHANGED
 end
 local now = now_ms()
 redis.call('HSET', KEYS[1], 'dispatched', ARGV[2], 'dispatched_at', now)
 if state == 'completed' then
-  return 1  -- the continuation ran and completed before this was recorded
+  return Applied.APPLIED  -- the continuation ran and completed before this was recorded
 end
 if redis.call('GET', KEYS[7]) == ARGV[4] then
   redis.call('DEL', KEYS[7])
@@ -35,9 +36,9 @@ if ARGV[2] ~= 'none' then
   if state == 'claimed' then
     move(KEYS[1], 'group', 'claimed', 'dispatched')
   end
-  return 1
+  return Applied.APPLIED
 end
 move(KEYS[1], 'group', state, 'completed', 'completed_at', now)
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
+return Applied.APPLIED

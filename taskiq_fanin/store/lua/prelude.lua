@@ -1,10 +1,19 @@
 --[[
   Prepended to every script when it is loaded (store/scripts.py): Redis's own
-  clock, and the only state changes each record allows (MOVES, rendered from
-  taskiq_fanin/model/states.py). A script asked for any other move fails before
-  it writes anything more.
+  clock, the only state changes each record allows (MOVES, rendered from
+  taskiq_fanin/model/states.py), and the reply codes (rendered from the enums of
+  taskiq_fanin/store/replies.py). A script asked for any other move fails before
+  it writes anything more; a script returns a code by its name (Recorded.CLAIMED),
+  and a name that is no code fails the script rather than answer nil.
 ]]
 local MOVES = __MOVES__
+
+local function codes(name, members)
+  return setmetatable(members, {__index = function(_, member)
+    error('taskiq-fanin: ' .. name .. ' has no reply code ' .. tostring(member))
+  end})
+end
+__CODES__
 
 local function now_ms()
   local t = redis.call('TIME')

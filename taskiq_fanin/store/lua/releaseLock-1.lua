@@ -5,9 +5,11 @@
 
   ARGV[1] holder    the value the lock was set to
 
-  Returns 1 when released, 0 when someone else holds it or nobody does.
+  Returns Applied.APPLIED when released, Applied.UNCHANGED when someone else
+  holds it or nobody does.
 ]]
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return Applied.UNCHANGED
 end
-return 0
+redis.call('DEL', KEYS[1])
+return Applied.APPLIED

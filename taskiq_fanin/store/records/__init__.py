@@ -15,10 +15,10 @@ for, so that the sweep's judgement of a record parses no JSON it does not use.
 
 from typing import Any, TypeVar
 
+from taskiq_fanin.store.client import RedisClient
 from taskiq_fanin.store.records.chain_record import ChainRecord
 from taskiq_fanin.store.records.fields import FAILURE_PREFIX, as_text
 from taskiq_fanin.store.records.group_meta import META_FIELDS, GroupMeta, meta_options
-from taskiq_fanin.store.scripts import RedisClient
 
 __all__ = [
     "FAILURE_PREFIX",

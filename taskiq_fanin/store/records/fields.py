@@ -3,7 +3,13 @@
 from collections.abc import Mapping
 from typing import Any
 
-from taskiq_fanin.store.scripts import text
+
+def text(value: object) -> str:
+    """A Redis reply as text, whichever way the client decodes (nil: '')."""
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
 
 RawHash = Mapping[str, str] | Mapping[bytes, bytes] | Mapping[Any, Any]
 #: A chain's record keeps a failed step's error under ``failure:<step>``.

@@ -3,9 +3,8 @@
   dispatched (invariant 1). Planning the same group id twice changes nothing.
   Times are Redis's own: the deadline and the expiry are durations from now.
 
-  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
-  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
-  KEYS[8] the record of a chain of the same id: a group and a chain cannot
+  KEYS[1] meta      KEYS[2] plan     KEYS[3] claim
+  KEYS[4] the record of a chain of the same id: a group and a chain cannot
           share an id (same hash tag, same slot)
 
   ARGV[1] token             random per group; members carry it in their labels
@@ -21,24 +20,25 @@
   ARGV[5 + 2 * options]             total: number of members
   ARGV[6 + 2 * options .. ]         member 0 .. total - 1, serialized
 
-  Returns {1, token, state} when created (state 'claimed' for an empty group:
-  the caller finalises it); {2, token, state} when the group exists;
-  {3, token, state} when it exists unplanned and either its planner died (it has
-  not been planned a planner lease after its creation) or this is its planner
-  again (the same token: a planner retrying), to dispatch what it has not;
-  {4, '', ''} when a chain holds the id: nothing is written.
+  Returns {Created.CREATED, token, state} when created (state 'claimed' for an
+  empty group: the caller finalises it); {Created.EXISTS, token, state} when the
+  group exists; {Created.EXISTS_UNPLANNED, token, state} when it exists
+  unplanned and either its planner died (it has not been planned a planner
+  lease after its creation) or this is its planner again (the same token: a
+  planner retrying), to dispatch what it has not; {Created.ID_IN_USE, '', ''}
+  when a chain holds the id: nothing is written.
 ]]
 local now = now_ms()
 local existing = redis.call('HMGET', KEYS[1], 'token', 'planned', 'created', 'state')
 if existing[1] then
   if existing[2] ~= '1' and (existing[1] == ARGV[1]
       or now - tonumber(existing[3]) > tonumber(ARGV[2])) then
-    return {3, existing[1], existing[4]}
+    return {Created.EXISTS_UNPLANNED, existing[1], existing[4]}
   end
-  return {2, existing[1], existing[4]}
+  return {Created.EXISTS, existing[1], existing[4]}
 end
-if redis.call('EXISTS', KEYS[8]) == 1 then
-  return {4, '', ''}
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return {Created.ID_IN_USE, '', ''}
 end
 
 local options = tonumber(ARGV[4])
@@ -71,8 +71,8 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
 if total == 0 then
   -- Nothing to wait for: complete now, and the planner finalises it.
-  redis.call('SET', KEYS[7], ARGV[3], 'PX', ARGV[2])
+  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
   move(KEYS[1], 'group', 'open', 'claimed', 'claimed_at', now)
-  return {1, ARGV[1], 'claimed'}
+  return {Created.CREATED, ARGV[1], 'claimed'}
 end
-return {1, ARGV[1], 'open'}
+return {Created.CREATED, ARGV[1], 'open'}

@@ -3,7 +3,6 @@
   times are on it).
 
   KEYS[1] record
-  KEYS[2] comps
 
   Returns {} when the chain is missing, else {record (flat field/value list), now}.
 ]]

@@ -4,7 +4,7 @@
   Redis's clock (every deadline in the meta is on it).
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
-  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+  KEYS[5] claim
 
   Returns {} when the group is missing, else
   {meta (flat field/value list), lease held (0 | 1), missing member indexes, now}.
@@ -24,4 +24,4 @@ if state == 'open' then
   end
   table.sort(missing)
 end
-return {meta, redis.call('EXISTS', KEYS[7]), missing, now_ms()}
+return {meta, redis.call('EXISTS', KEYS[5]), missing, now_ms()}

@@ -6,8 +6,7 @@
                    finished, span, pending, error, failed_step, failure:<step>, redrives,
                    run_step, run_until, run_attempt, member, outcome, payload,
                    step_undo
-  KEYS[2] comps    list: compensations of the completed steps, in step order
-  KEYS[3] meta     of a group of the same id: a group and a chain cannot share
+  KEYS[2] meta     of a group of the same id: a group and a chain cannot share
                    an id (same hash tag, same slot)
 
   ARGV[1] token
@@ -19,14 +18,14 @@
                    step's run lease)
   ARGV[7] member   the label of the group member the chain is, or ''
 
-  Returns 1 when created, 0 when the chain exists, 2 when a group holds the id
-  (nothing is written).
+  Returns Started.CREATED when created, Started.EXISTS when the chain exists,
+  Started.ID_IN_USE when a group holds the id (nothing is written).
 ]]
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return 0
+  return Started.EXISTS
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  return 2
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return Started.ID_IN_USE
 end
 local now = now_ms()
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'state', 'running', 'step', 0,
@@ -36,4 +35,4 @@ if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[1], 'member', ARGV[7])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return 1
+return Started.CREATED

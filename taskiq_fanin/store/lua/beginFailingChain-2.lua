@@ -1,7 +1,7 @@
 --[[
   A step failed for good: the chain stops there, once. It records "failing"
   and hands back the compensations of the steps already completed; once its
-  error continuation and compensations are kicked, failedChain ends it (a
+  error continuation and compensations are kicked, endFailingChain ends it (a
   chain left failing by a crash in between is finished by the sweep).
 
   KEYS[1] record
@@ -18,32 +18,33 @@
                         step may still be running: should it end, it undoes
                         itself), else ''
 
-  Returns {1, compensation, ...} (in step order) when the chain is failing now,
-  or was made so by this very delivery (its reply was lost); {3} when it was
-  cancelled while the step ran, or given up at this very step by the sweep
-  (its compensation, if any, is kept: for the cancel to hand back, or in
-  'step_undo' for the record); {4} when the record is missing (expired); {0} when it
-  was not at that step (a duplicate), not this token's, or over.
+  Returns {Failed.FAILING, compensation, ...} (in step order) when the chain is
+  failing now, or was made so by this very delivery (its reply was lost);
+  {Failed.CANCELLED} when it was cancelled while the step ran, or given up at
+  this very step by the sweep (its compensation, if any, is kept: for the
+  cancel to hand back, or in 'step_undo'); {Failed.MISSING}
+  when the record is missing (expired); {Failed.NOT_NOW} when it was not at
+  that step (a duplicate), not this token's, or over.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by',
   'given_up_step')
 if not record[1] then
-  return {4}
+  return {Failed.MISSING}
 end
 if record[1] ~= ARGV[1] then
-  return {0}
+  return {Failed.NOT_NOW}
 end
 local late = given_up_at(record[2], record[5], ARGV[2]) and record[4] ~= ARGV[4]
 if record[2] == 'cancelled' or late then
   if ARGV[5] ~= '' and tonumber(record[3]) == tonumber(ARGV[2]) then
     redis.call('HSET', KEYS[1], 'step_undo', ARGV[5])
   end
-  return {3}
+  return {Failed.CANCELLED}
 end
 local again = record[2] == 'failing' and record[4] == ARGV[4]
 if not again and (record[2] ~= 'running'
     or tonumber(record[3]) ~= tonumber(ARGV[2])) then
-  return {0}
+  return {Failed.NOT_NOW}
 end
 if not again then
   move(KEYS[1], 'chain', 'running', 'failing', 'failed_step', ARGV[2],
@@ -56,5 +57,5 @@ if not again then
   end
 end
 local reply = redis.call('LRANGE', KEYS[2], 0, -1)
-table.insert(reply, 1, 1)
+table.insert(reply, 1, Failed.FAILING)
 return reply

@@ -8,14 +8,14 @@
 
   ARGV[1] token
 
-  Returns 1 when failed now, 0 when the chain is not failing (missing, not this
-  token's, or failed already).
+  Returns Applied.APPLIED when failed now, Applied.UNCHANGED when the chain is
+  not failing (missing, not this token's, or failed already).
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'state')
 if record[1] ~= ARGV[1] or record[2] ~= 'failing' then
-  return 0
+  return Applied.UNCHANGED
 end
 local now = now_ms()
 move(KEYS[1], 'chain', 'failing', 'failed', 'updated', now, 'finished', now)
 redis.call('DEL', KEYS[2])
-return 1
+return Applied.APPLIED

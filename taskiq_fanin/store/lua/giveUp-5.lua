@@ -4,18 +4,19 @@
   Members arriving later find the group finalised and change nothing.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
-  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+  KEYS[5] claim
 
   ARGV[1] token
   ARGV[2] lease     ms the finaliser may take before the next sweep takes over
   ARGV[3] claimant  the lease's holder
 
-  Returns {1, number of lost members} when claimed, {0} when the group is not
-  open (or missing, or not this token's).
+  Returns {Applied.APPLIED, number of lost members} when claimed,
+  {Applied.UNCHANGED} when the group is not open (or missing, or not this
+  token's).
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state')
 if meta[1] ~= ARGV[1] or meta[2] ~= 'open' then
-  return {0}
+  return {Applied.UNCHANGED}
 end
 local seen = {}
 for _, index in ipairs(redis.call('SMEMBERS', KEYS[3])) do seen[index] = true end
@@ -25,8 +26,8 @@ for _, index in ipairs(redis.call('HKEYS', KEYS[2])) do
   if not seen[index] then lost[#lost + 1] = index end
 end
 -- The state is the guard; the key is only the finaliser's lease.
-redis.call('SET', KEYS[7], ARGV[3], 'PX', ARGV[2])
+redis.call('SET', KEYS[5], ARGV[3], 'PX', ARGV[2])
 local now = now_ms()
 move(KEYS[1], 'group', 'open', 'claimed', 'claimed_at', now,
   'lost', table.concat(lost, ','), 'lost_count', #lost, 'given_up_at', now)
-return {1, #lost}
+return {Applied.APPLIED, #lost}

@@ -4,19 +4,18 @@
   unless the retry has already taken the lease over (beginContinuation). The
   state stays running: only the lease is released.
 
-  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
-  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+  KEYS[1] meta
 
   ARGV[1] token
   ARGV[2] attempt   the attempt that ended
 
-  Returns 1 when released, 0 when the group is missing, not this token's, not
-  running, or running a later attempt.
+  Returns Applied.APPLIED when released, Applied.UNCHANGED when the group is
+  missing, not this token's, not running, or running a later attempt.
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'run_attempt')
 if meta[1] ~= ARGV[1] or meta[2] ~= 'running'
     or (tonumber(meta[3]) or 0) ~= tonumber(ARGV[2]) then
-  return 0
+  return Applied.UNCHANGED
 end
 redis.call('HSET', KEYS[1], 'run_until', 0)
-return 1
+return Applied.APPLIED

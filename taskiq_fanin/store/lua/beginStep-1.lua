@@ -6,7 +6,6 @@
   lease has run out, and a retry middleware's later attempt takes it over.
 
   KEYS[1] record
-  KEYS[2] comps
 
   ARGV[1] token
   ARGV[2] step      the step's index
@@ -14,25 +13,26 @@
   ARGV[4] delivery  this delivery (random): asking again, it holds the lease
   ARGV[5] lease     ms the lease lasts from now (renewed while the body runs)
 
-  Returns 1: run it; 0: skip it (the chain is past this step, over, cancelled,
-  or not this token's); 2: skip it (another copy of the step is running). No
-  record (expired): 1, since losing the work is worse than running it again.
+  Returns Begin.RUN: run it; Begin.SKIP: skip it (the chain is past this step,
+  over, cancelled, or not this token's); Begin.RUNNING_ELSEWHERE: skip it
+  (another copy of the step is running). No record (expired): Begin.RUN, since
+  losing the work is worse than running it again.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'run_step',
   'run_until', 'run_attempt', 'run_by')
 if not record[1] then
-  return 1
+  return Begin.RUN
 end
 if record[1] ~= ARGV[1] or record[2] ~= 'running'
     or tonumber(record[3]) ~= tonumber(ARGV[2]) then
-  return 0
+  return Begin.SKIP
 end
 local now = now_ms()
 local attempt = tonumber(ARGV[3])
 if record[4] == ARGV[2] and (tonumber(record[5]) or 0) > now
     and attempt <= (tonumber(record[6]) or 0) and record[7] ~= ARGV[4] then
-  return 2
+  return Begin.RUNNING_ELSEWHERE
 end
 redis.call('HSET', KEYS[1], 'run_step', ARGV[2],
   'run_until', now + tonumber(ARGV[5]), 'run_attempt', attempt, 'run_by', ARGV[4])
-return 1
+return Begin.RUN

@@ -2,8 +2,8 @@
   Everything the finaliser needs to build the GroupResult and pick the
   continuation, read in one step.
 
-  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
-  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+  KEYS[1] meta      KEYS[2] done     KEYS[3] failed
+  KEYS[4] results   KEYS[5] errors
 
   ARGV[1] token
 
@@ -19,8 +19,8 @@ if meta[1] ~= ARGV[1] then
 end
 return {
   meta[2], meta[3], meta[4], meta[5], meta[6], meta[7], meta[8] or '',
+  redis.call('SMEMBERS', KEYS[2]),
   redis.call('SMEMBERS', KEYS[3]),
-  redis.call('SMEMBERS', KEYS[4]),
+  redis.call('HGETALL', KEYS[4]),
   redis.call('HGETALL', KEYS[5]),
-  redis.call('HGETALL', KEYS[6]),
 }

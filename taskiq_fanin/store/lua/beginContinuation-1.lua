@@ -10,22 +10,22 @@
   attempt's worker has released its lease: a later attempt (run_attempt) takes
   the lease over, a copy of the same or an earlier attempt does not.
 
-  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
-  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+  KEYS[1] meta
 
   ARGV[1] token
   ARGV[2] attempt   0 first, 1 the first retry, ...
   ARGV[3] delivery  this delivery (random): asking again, it holds the lease
   ARGV[4] lease     ms the lease lasts from now (renewed while the body runs)
 
-  Returns 1: run it; 0: skip it (completed, or cancelled); 2: skip it (another
-  copy is running). A group that is gone (expired) or of another token: 1, since
-  losing the work is worse than running it again.
+  Returns Begin.RUN: run it; Begin.SKIP: skip it (completed, or cancelled);
+  Begin.RUNNING_ELSEWHERE: skip it (another copy is running). A group that is
+  gone (expired) or of another token: Begin.RUN, since losing the work is worse
+  than running it again.
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'run_until',
   'run_attempt', 'run_by')
 if meta[1] ~= ARGV[1] then
-  return 1
+  return Begin.RUN
 end
 local state = meta[2]
 if state == 'running' then
@@ -33,16 +33,16 @@ if state == 'running' then
   local attempt = tonumber(ARGV[2])
   if tonumber(meta[3]) > now and attempt <= (tonumber(meta[4]) or 0)
       and meta[5] ~= ARGV[3] then
-    return 2
+    return Begin.RUNNING_ELSEWHERE
   end
   redis.call('HSET', KEYS[1], 'run_until', now + tonumber(ARGV[4]),
     'run_attempt', attempt, 'run_by', ARGV[3])
-  return 1
+  return Begin.RUN
 end
 if not may_move('group', state, 'running') then
-  return 0  -- completed, cancelled (or still open: not this group's turn)
+  return Begin.SKIP  -- completed, cancelled (or still open: not this group's turn)
 end
 local now = now_ms()
 move(KEYS[1], 'group', state, 'running', 'started_at', now,
   'run_until', now + tonumber(ARGV[4]), 'run_attempt', ARGV[2], 'run_by', ARGV[3])
-return 1
+return Begin.RUN

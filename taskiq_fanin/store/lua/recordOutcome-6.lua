@@ -15,8 +15,8 @@
   it), so the continuation is not left to the sweep. Another delivery of the
   same member is a duplicate.
 
-  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
-  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+  KEYS[1] meta      KEYS[2] done     KEYS[3] failed  KEYS[4] results
+  KEYS[5] errors    KEYS[6] claim
 
   ARGV[1] token     the group's token, from the members' labels
   ARGV[2] lease     ms the finaliser may take before the sweep takes over
@@ -27,14 +27,16 @@
     payload   result (done) or error summary (failed) as JSON; '' for none
     delivery  this delivery of the member (random), the same when it retries
 
-  Returns {codes, collected, outstanding}: a code per member, in order: 1 recorded,
-  2 recorded and claimed, or claimed by this delivery before (call the finaliser),
-  3 duplicate, 4 conflict (the other outcome is already recorded), 5 no such
-  group, 6 not a member, 7 token mismatch, 8 group already finalised, 9 counted
-  in a cancelled group (nothing more to do). With a 2,
-  collected holds the fields collectOutcomes returns (the claimant finalises
-  without reading them again); otherwise it is empty. outstanding: members of the
-  group without an outcome.
+  Returns {codes, collected, outstanding}: a code per member, in order:
+  Recorded.RECORDED; Recorded.CLAIMED: recorded and claimed, or claimed by this
+  delivery before (call the finaliser); Recorded.DUPLICATE; Recorded.CONFLICT
+  (the other outcome is already recorded); Recorded.NO_GROUP;
+  Recorded.NOT_MEMBER; Recorded.TOKEN_MISMATCH; Recorded.FINALISED (the group
+  is finalised already); Recorded.COUNTED_CANCELLED (counted in a cancelled
+  group: nothing more to do). With a Recorded.CLAIMED, collected holds the
+  fields collectOutcomes returns (the claimant finalises without reading them
+  again); otherwise it is empty. outstanding: members of the group without an
+  outcome.
 ]]
 local first, per = 4, 4
 local members = (#ARGV - first + 1) / per
@@ -47,16 +49,16 @@ end
 local meta = redis.call('HMGET', KEYS[1],
   'token', 'state', 'total', 'expires', 'done_count', 'failed_count')
 if not meta[1] then
-  return all(5)  -- a missing group is never treated as complete
+  return all(Recorded.NO_GROUP)  -- a missing group is never treated as complete
 end
 if meta[1] ~= ARGV[1] then
-  return all(7)
+  return all(Recorded.TOKEN_MISMATCH)
 end
 local total = tonumber(meta[3])
 local state = meta[2]
 local counts = {done = tonumber(meta[5]) or 0, failed = tonumber(meta[6]) or 0}
-local sets = {done = KEYS[3], failed = KEYS[4]}
-local payloads = {done = KEYS[5], failed = KEYS[6]}
+local sets = {done = KEYS[2], failed = KEYS[3]}
+local payloads = {done = KEYS[4], failed = KEYS[5]}
 local other = {done = 'failed', failed = 'done'}
 local holder = nil
 
@@ -67,31 +69,32 @@ for i = 1, members do
   local lease_holder = ARGV[3] .. '#' .. delivery
   if index == nil or index < 0 or index >= total or index % 1 ~= 0
       or sets[outcome] == nil then
-    codes[i] = 6
+    codes[i] = Recorded.NOT_MEMBER
   elseif state == 'cancelled' then
-    codes[i] = 9
+    codes[i] = Recorded.COUNTED_CANCELLED
     if redis.call('SISMEMBER', sets[other[outcome]], index) == 1 then
-      codes[i] = 4
+      codes[i] = Recorded.CONFLICT
     elseif redis.call('SADD', sets[outcome], index) == 0 then
-      codes[i] = 3
+      codes[i] = Recorded.DUPLICATE
     else
       counts[outcome] = redis.call('HINCRBY', KEYS[1], outcome .. '_count', 1)
       local tombstone = redis.call('PTTL', KEYS[1])
       if tombstone > 0 then redis.call('PEXPIRE', sets[outcome], tombstone) end
     end
   elseif state ~= 'open' then
-    codes[i] = 8
+    codes[i] = Recorded.FINALISED
     if state == 'claimed' then
-      holder = holder or redis.call('GET', KEYS[7])
+      holder = holder or redis.call('GET', KEYS[6])
       if holder == lease_holder
           and redis.call('SISMEMBER', sets[outcome], index) == 1 then
-        codes[i] = 2  -- this delivery claimed before: its reply was lost
+        -- This delivery claimed before: its reply was lost.
+        codes[i] = Recorded.CLAIMED
       end
     end
   elseif redis.call('SISMEMBER', sets[other[outcome]], index) == 1 then
-    codes[i] = 4
+    codes[i] = Recorded.CONFLICT
   elseif redis.call('SADD', sets[outcome], index) == 0 then
-    codes[i] = 3
+    codes[i] = Recorded.DUPLICATE
   else
     -- Counted at once: should a later call fail, sets and counts still agree.
     counts[outcome] = redis.call('HINCRBY', KEYS[1], outcome .. '_count', 1)
@@ -102,31 +105,31 @@ for i = 1, members do
       redis.call('HSET', payloads[outcome], index, payload)
       redis.call('PEXPIREAT', payloads[outcome], meta[4])
     end
-    codes[i] = 1
+    codes[i] = Recorded.RECORDED
     if counts.done + counts.failed >= total then
       -- The state is the guard; the key is only the finaliser's lease, set
       -- whatever a stale one from an earlier group of this id holds.
       holder = lease_holder
-      redis.call('SET', KEYS[7], holder, 'PX', ARGV[2])
+      redis.call('SET', KEYS[6], holder, 'PX', ARGV[2])
       move(KEYS[1], 'group', 'open', 'claimed', 'claimed_at', now_ms())
       state = 'claimed'
-      codes[i] = 2
+      codes[i] = Recorded.CLAIMED
     end
   end
 end
 
 local collected = {}
 local handed = false
-for i = 1, members do handed = handed or codes[i] == 2 end
+for i = 1, members do handed = handed or codes[i] == Recorded.CLAIMED end
 if handed then
   local more = redis.call('HMGET', KEYS[1], 'then', 'on_error', 'policy', 'span',
     'lost')
   collected = {
     meta[3], more[1], more[2], more[3], 'claimed', more[4], more[5] or '',
+    redis.call('SMEMBERS', KEYS[2]),
     redis.call('SMEMBERS', KEYS[3]),
-    redis.call('SMEMBERS', KEYS[4]),
+    redis.call('HGETALL', KEYS[4]),
     redis.call('HGETALL', KEYS[5]),
-    redis.call('HGETALL', KEYS[6]),
   }
 end
 return {codes, collected, total - counts.done - counts.failed}

@@ -4,18 +4,17 @@
   has taken it over.
 
   KEYS[1] record
-  KEYS[2] comps
 
   ARGV[1] token
   ARGV[2] step
   ARGV[3] attempt   the attempt that ended
 
-  Returns 1 when released, 0 otherwise.
+  Returns Applied.APPLIED when released, Applied.UNCHANGED otherwise.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'run_step', 'run_attempt')
 if record[1] ~= ARGV[1] or record[2] ~= ARGV[2]
     or (tonumber(record[3]) or 0) ~= tonumber(ARGV[3]) then
-  return 0
+  return Applied.UNCHANGED
 end
 redis.call('HSET', KEYS[1], 'run_until', 0)
-return 1
+return Applied.APPLIED
