@@ -4,6 +4,7 @@ the same way everywhere.
 """
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -180,6 +181,38 @@ async def test_status_and_cancel_resolve_an_id_the_same_way(
         assert await cancel(broker, "lone")
         assert (await chain_status(broker, "lone")).state is ChainState.CANCELLED
         assert not await cancel(broker, "nobody")
+    finally:
+        await broker.shutdown()
+        await redis.aclose()
+
+
+async def test_a_handle_cancels_its_own_kind_even_on_a_shared_id(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, _ = stream_broker(redis_url, key_prefix)
+
+    @broker.task
+    async def member(name: str) -> str:
+        return name
+
+    redis = Redis.from_url(redis_url)
+    try:
+        await broker.startup()  # no worker: everything stays open
+        group_handle = await group([Signature.of(member, "g")], group_id="twin").kiq(
+            broker
+        )
+        other = await chain(Signature.of(member, "c"), chain_id="other").kiq(broker)
+        await _legacy_twin(redis, key_prefix, "other", "twin")
+        chain_handle = replace(other, chain_id="twin")
+
+        assert await chain_handle.cancel()  # the chain, though a group comes first
+        assert (await chain_handle.status()).state is ChainState.CANCELLED
+        assert (await group_handle.status()).state is GroupState.OPEN
+        assert not await chain_handle.cancel()  # once
+
+        assert await group_handle.cancel()
+        assert (await group_handle.status()).state is GroupState.CANCELLED
+        assert not await group_handle.cancel()
     finally:
         await broker.shutdown()
         await redis.aclose()
