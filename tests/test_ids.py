@@ -13,25 +13,20 @@ from taskiq import SimpleRetryMiddleware
 
 from taskiq_fanin import (
     ChainFailure,
-    ChainState,
     ChainStatus,
     GroupResult,
-    GroupState,
     GroupStatus,
-    IdInUseError,
-    InvalidChainIdError,
-    InvalidGroupError,
     Signature,
     cancel,
     chain,
-    chain_status,
     group,
-    group_status,
     group_task,
     status,
 )
 from taskiq_fanin.api import group_task as group_task_module
 from taskiq_fanin.api.control import Kind, resolve
+from taskiq_fanin.errors import IdInUseError, InvalidChainIdError, InvalidGroupError
+from taskiq_fanin.inspect import chain_status, group_status
 from taskiq_fanin.model.ids import (
     LONGEST_DERIVED_ID,
     LONGEST_ID,
@@ -41,6 +36,7 @@ from taskiq_fanin.model.ids import (
     redriven_member_id,
     step_id,
 )
+from taskiq_fanin.models import ChainState, GroupState
 from taskiq_fanin.store.keys import ChainKeys
 from tests.harness import (
     DuplicatingMiddleware,
