@@ -10,16 +10,12 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 from taskiq import Context, InMemoryBroker, TaskiqDepends
 
-from taskiq_fanin import (
+from taskiq_fanin import FanInError, FanInMiddleware, Signature, chain, group
+from taskiq_fanin.errors import (
     ArgumentsMismatchError,
-    FanInError,
-    FanInMiddleware,
     InvalidChainError,
     InvalidGroupError,
     NotATaskError,
-    Signature,
-    chain,
-    group,
 )
 from taskiq_fanin.groups.validation import validate_chain, validate_group
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec

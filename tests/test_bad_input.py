@@ -11,6 +11,12 @@ from taskiq_fanin import (
     FanInError,
     FanInMiddleware,
     GroupHandle,
+    Signature,
+    chain,
+    group,
+    group_task,
+)
+from taskiq_fanin.errors import (
     GroupTaskOrderError,
     GroupTaskReturnError,
     GroupTooWideError,
@@ -21,13 +27,9 @@ from taskiq_fanin import (
     MemberNotSerializableError,
     MemberTooLargeError,
     MiddlewareNotFoundError,
-    Signature,
     UnknownTaskError,
-    chain,
-    group,
-    group_status,
-    group_task,
 )
+from taskiq_fanin.inspect import group_status
 from tests.harness import eventually
 
 broker = InMemoryBroker()

@@ -13,21 +13,19 @@ from taskiq import AsyncBroker
 
 from taskiq_fanin import (
     ChainFailure,
-    ChainState,
     FanInMiddleware,
     GroupResult,
-    MemberNotSerializableError,
     Signature,
-    SweepAction,
-    SweepReport,
     cancel,
     chain,
-    chain_status,
     group,
-    group_status,
     sweep,
 )
 from taskiq_fanin.chains import progress, saga
+from taskiq_fanin.errors import MemberNotSerializableError
+from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.models import ChainState
+from taskiq_fanin.sweeping import SweepAction, SweepReport
 from tests.harness import SentMessages, eventually, stream_broker, worker
 
 SHORT = 0.3  # seconds: a deadline short enough for the sweep to look within a test

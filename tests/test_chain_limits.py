@@ -9,16 +9,10 @@ import pytest
 from redis.asyncio import Redis
 from taskiq_redis import RedisStreamBroker
 
-from taskiq_fanin import (
-    ArgumentsMismatchError,
-    ChainHandle,
-    ChainState,
-    MemberTooLargeError,
-    Signature,
-    chain,
-    group,
-)
+from taskiq_fanin import ChainHandle, Signature, chain, group
 from taskiq_fanin.chains.cursor import CHAIN_LABEL
+from taskiq_fanin.errors import ArgumentsMismatchError, MemberTooLargeError
+from taskiq_fanin.models import ChainState
 from tests.harness import SentMessages, eventually, stream_broker, worker
 
 BIG = "x" * 200_000

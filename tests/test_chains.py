@@ -11,16 +11,16 @@ from taskiq import SimpleRetryMiddleware
 
 from taskiq_fanin import (
     ChainFailure,
-    ChainState,
     FanInMiddleware,
     GroupResult,
-    NestingTooDeepError,
     Signature,
     cancel,
     chain,
-    chain_status,
     group,
 )
+from taskiq_fanin.errors import NestingTooDeepError
+from taskiq_fanin.inspect import chain_status
+from taskiq_fanin.models import ChainState
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,

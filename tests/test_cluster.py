@@ -5,7 +5,8 @@ tag), so groups spread over the nodes still fan in.
 import pytest
 from redis.asyncio import RedisCluster
 
-from taskiq_fanin import GroupResult, Signature, group, group_status
+from taskiq_fanin import GroupResult, Signature, group
+from taskiq_fanin.inspect import group_status
 from tests.harness import SentMessages, eventually, stream_broker, worker
 
 pytestmark = pytest.mark.cluster

@@ -23,18 +23,9 @@ from typing import Any
 import pytest
 from redis.exceptions import RedisError
 
-from taskiq_fanin import (
-    ChainHandle,
-    FindingKind,
-    Signature,
-    SweepAction,
-    SweepReport,
-    chain,
-    chain_status,
-    group,
-    group_status,
-    sweep,
-)
+from taskiq_fanin import ChainHandle, Signature, chain, group, sweep
+from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.sweeping import FindingKind, SweepAction, SweepReport
 from tests.fault_harness import (
     AOF,
     POOL_EXHAUSTED,

@@ -8,7 +8,6 @@ from redis.asyncio import Redis
 
 from taskiq_fanin import (
     ChainHandle,
-    ChainState,
     FanInMiddleware,
     GroupResult,
     Signature,
@@ -18,6 +17,7 @@ from taskiq_fanin import (
     group_task,
     sweep,
 )
+from taskiq_fanin.models import ChainState
 from taskiq_fanin.store.keys import GroupKeys
 from tests.harness import (
     SentMessages,

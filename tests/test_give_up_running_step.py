@@ -13,15 +13,9 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from taskiq_fanin import (
-    ChainFailure,
-    Signature,
-    SweepAction,
-    cancel,
-    chain,
-    chain_status,
-    sweep,
-)
+from taskiq_fanin import ChainFailure, Signature, cancel, chain, sweep
+from taskiq_fanin.inspect import chain_status
+from taskiq_fanin.sweeping import SweepAction
 from tests.harness import eventually, stream_broker, worker
 from tests.test_sweep_unknown_tasks import DEADLINE, chain_stuck, drained
 

@@ -4,6 +4,7 @@ the same way everywhere.
 """
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,25 +13,20 @@ from taskiq import SimpleRetryMiddleware
 
 from taskiq_fanin import (
     ChainFailure,
-    ChainState,
     ChainStatus,
     GroupResult,
-    GroupState,
     GroupStatus,
-    IdInUseError,
-    InvalidChainIdError,
-    InvalidGroupError,
     Signature,
     cancel,
     chain,
-    chain_status,
     group,
-    group_status,
     group_task,
     status,
 )
 from taskiq_fanin.api import group_task as group_task_module
 from taskiq_fanin.api.control import Kind, resolve
+from taskiq_fanin.errors import IdInUseError, InvalidChainIdError, InvalidGroupError
+from taskiq_fanin.inspect import chain_status, group_status
 from taskiq_fanin.model.ids import (
     LONGEST_DERIVED_ID,
     LONGEST_ID,
@@ -40,6 +36,7 @@ from taskiq_fanin.model.ids import (
     redriven_member_id,
     step_id,
 )
+from taskiq_fanin.models import ChainState, GroupState
 from taskiq_fanin.store.keys import ChainKeys
 from tests.harness import (
     DuplicatingMiddleware,
@@ -180,6 +177,38 @@ async def test_status_and_cancel_resolve_an_id_the_same_way(
         assert await cancel(broker, "lone")
         assert (await chain_status(broker, "lone")).state is ChainState.CANCELLED
         assert not await cancel(broker, "nobody")
+    finally:
+        await broker.shutdown()
+        await redis.aclose()
+
+
+async def test_a_handle_cancels_its_own_kind_even_on_a_shared_id(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, _ = stream_broker(redis_url, key_prefix)
+
+    @broker.task
+    async def member(name: str) -> str:
+        return name
+
+    redis = Redis.from_url(redis_url)
+    try:
+        await broker.startup()  # no worker: everything stays open
+        group_handle = await group([Signature.of(member, "g")], group_id="twin").kiq(
+            broker
+        )
+        other = await chain(Signature.of(member, "c"), chain_id="other").kiq(broker)
+        await _legacy_twin(redis, key_prefix, "other", "twin")
+        chain_handle = replace(other, chain_id="twin")
+
+        assert await chain_handle.cancel()  # the chain, though a group comes first
+        assert (await chain_handle.status()).state is ChainState.CANCELLED
+        assert (await group_handle.status()).state is GroupState.OPEN
+        assert not await chain_handle.cancel()  # once
+
+        assert await group_handle.cancel()
+        assert (await group_handle.status()).state is GroupState.CANCELLED
+        assert not await group_handle.cancel()
     finally:
         await broker.shutdown()
         await redis.aclose()

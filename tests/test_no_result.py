@@ -18,14 +18,8 @@ from taskiq import (
 )
 from taskiq_redis import RedisStreamBroker
 
-from taskiq_fanin import (
-    ChainState,
-    FanInMiddleware,
-    GroupResult,
-    Signature,
-    chain,
-    group,
-)
+from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group
+from taskiq_fanin.models import ChainState
 from tests.harness import SentMessages, eventually, stream_broker, worker
 
 #: How many attempts a retried task gets in these tests.

@@ -12,8 +12,9 @@ import pytest
 from redis.asyncio import Redis
 from taskiq import NoResultError, TaskiqMessage, TaskiqResult
 
-from taskiq_fanin import FanInMiddleware, OutcomeBatching
+from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.model.labels import MEMBER_LABEL
+from taskiq_fanin.models import OutcomeBatching
 from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeStats

@@ -6,7 +6,8 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 from taskiq import BrokerMessage, InMemoryBroker
 
-from taskiq_fanin import FanInMiddleware, Signature, group, group_status, group_task
+from taskiq_fanin import FanInMiddleware, Signature, group, group_task
+from taskiq_fanin.inspect import group_status
 from taskiq_fanin.store.keys import GroupKeys
 from tests.harness import eventually
 

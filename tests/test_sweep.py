@@ -14,23 +14,18 @@ from redis.asyncio import Redis
 from taskiq import SendTaskError, TaskiqMessage, TaskiqMiddleware
 from taskiq.schedule_sources import LabelScheduleSource
 
-from taskiq_fanin import (
-    SWEEP_TASK_NAME,
-    FanInMiddleware,
-    FindingKind,
-    GroupResult,
-    Signature,
-    SweepAction,
-    SweepReport,
-    chain,
-    group,
-    group_status,
-    register_sweep_task,
-    sweep,
-)
+from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group, sweep
 from taskiq_fanin.api.broker import find_fanin
+from taskiq_fanin.inspect import group_status
 from taskiq_fanin.model.labels import CONTINUATION_LABEL
 from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.sweeping import (
+    SWEEP_TASK_NAME,
+    FindingKind,
+    SweepAction,
+    SweepReport,
+    register_sweep_task,
+)
 from tests.harness import (
     SentMessages,
     eventually,

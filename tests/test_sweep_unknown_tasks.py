@@ -18,17 +18,15 @@ from taskiq import AsyncBroker
 from taskiq_fanin import (
     ChainFailure,
     FanInMiddleware,
-    FindingKind,
     GroupResult,
     Signature,
-    SweepAction,
     chain,
-    chain_status,
     group,
-    group_status,
     sweep,
 )
+from taskiq_fanin.inspect import chain_status, group_status
 from taskiq_fanin.model.ids import member_task_id, step_id
+from taskiq_fanin.sweeping import FindingKind, SweepAction
 from tests.harness import eventually, lossy_stream_broker, stream_broker, worker
 
 #: The renamed handler: the planner knows it, the worker and the sweep do not.

@@ -12,22 +12,21 @@ from taskiq import AsyncBroker
 
 from taskiq_fanin import (
     ChainFailure,
-    ChainState,
     GroupResult,
-    GroupState,
     GroupStatus,
     MemberError,
     Signature,
     cancel,
     chain,
-    chain_status,
     group,
     status,
 )
 from taskiq_fanin.groups.inspection import status_from_meta
 from taskiq_fanin.groups.recording import error_payload
+from taskiq_fanin.inspect import chain_status
 from taskiq_fanin.model.errors import GroupStepFailedError
 from taskiq_fanin.model.results import MEMBERS_KEPT, StepError, from_millis
+from taskiq_fanin.models import ChainState, GroupState
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.records import GroupMeta
 from tests.harness import SentMessages, eventually, stream_broker, worker

@@ -16,7 +16,6 @@ from redis.asyncio import Redis
 from taskiq_redis import RedisStreamBroker
 
 from taskiq_fanin import (
-    Chain,
     ChainFailure,
     FanInMiddleware,
     GroupResult,
@@ -24,6 +23,7 @@ from taskiq_fanin import (
     chain,
     group,
 )
+from taskiq_fanin.models import Chain
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 #: Where every step writes one line, for ``run.py`` to show.

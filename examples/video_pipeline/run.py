@@ -17,7 +17,9 @@ from examples.video_pipeline.app import (
     broker,
     pipeline,
 )
-from taskiq_fanin import ChainState, ChainStatus, chain_status
+from taskiq_fanin import ChainStatus
+from taskiq_fanin.inspect import chain_status
+from taskiq_fanin.models import ChainState
 
 
 def short(name: str) -> str:

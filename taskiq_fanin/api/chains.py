@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from taskiq_fanin.api.broker import Target, context_of
 from taskiq_fanin.api.checks import wrong_kind
-from taskiq_fanin.chains import launch, record
+from taskiq_fanin.chains import launch, record, saga
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.model.errors import InvalidChainError
 from taskiq_fanin.model.results import ChainStatus
@@ -16,7 +16,7 @@ from taskiq_fanin.store.keys import validate_chain_id
 
 @dataclass(frozen=True)
 class ChainHandle:
-    """What starting a chain hands back: its id, and a way to ask about it."""
+    """What starting a chain hands back: its id, its status, a way to cancel it."""
 
     chain_id: str
     _ctx: FanInContext = field(repr=False, compare=False)
@@ -24,6 +24,13 @@ class ChainHandle:
     async def status(self) -> ChainStatus:
         """The chain's workflow record now."""
         return await record.status(self._ctx, self.chain_id)
+
+    async def cancel(self) -> bool:
+        """Cancel this chain (as ``cancel(broker, id)``); False if it is not running.
+
+        No further step runs, and the compensations of its completed steps run.
+        """
+        return await saga.cancel(self._ctx, self.chain_id)
 
 
 class Chain(ChainSpec):

@@ -10,12 +10,14 @@ from taskiq_fanin.api.broker import Target, context_of
 from taskiq_fanin.api.checks import wrong_kind
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import inspection
+from taskiq_fanin.groups.continuation import cancel_group
 from taskiq_fanin.groups.planning import plan_group
 from taskiq_fanin.groups.validation import validate_group
 from taskiq_fanin.model.options import GroupOptions
 from taskiq_fanin.model.results import GroupStatus
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
+from taskiq_fanin.store.keys import validate_group_id
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class GroupHandle:
-    """What planning a group hands back: its id, and a way to ask about it."""
+    """What planning a group hands back: its id, its status, a way to cancel it."""
 
     group_id: str
     #: False when a group with this id already existed and nothing was
@@ -36,6 +38,15 @@ class GroupHandle:
     async def status(self) -> GroupStatus:
         """The group's status as Redis holds it now."""
         return await inspection.status(self._ctx, self.group_id)
+
+    async def cancel(self) -> bool:
+        """Cancel this group (as ``cancel(broker, id)``); False if it is not open.
+
+        No continuation runs; members already enqueued still run, unless the
+        group was planned with ``cancellable=True``.
+        """
+        validate_group_id(self.group_id, derived=True)  # group_handle takes any str
+        return await cancel_group(self._ctx, self.group_id)
 
 
 def group_handle(target: Target, kicked: AsyncTaskiqTask[Any] | str) -> GroupHandle:

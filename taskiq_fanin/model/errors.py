@@ -1,7 +1,25 @@
 """One exception tree for taskiq-fanin, rooted in taskiq's own ``TaskiqError``.
 
-Every error here is raised *before* anything is written to Redis or sent to the
-broker, so catching one means nothing was half-done.
+Exported, every one, from ``taskiq_fanin.errors``. Where each is met:
+
+- **Bad input**, raised by the call that was given it *before* anything is
+  written to Redis or sent to the broker, so nothing was half-done: the
+  ``Invalid*Error`` s and ``GroupTooWideError``, ``IdInUseError``,
+  ``InvalidOptionError``, ``MemberNotSerializableError``,
+  ``MemberTooLargeError``, ``ArgumentsMismatchError``, ``NotATaskError``,
+  ``UnknownTaskError``, ``MiddlewareNotFoundError``, ``NestingTooDeepError``;
+  ``GroupTaskOrderError`` at decoration, when the module is imported.
+- **In a worker**, failing the task that met it (nothing of its own is
+  written): ``GroupTaskReturnError`` and ``NestingTooDeepError`` fail a
+  ``@group_task`` fan-out, which plans no group; ``MemberNotSerializableError``
+  and ``MemberTooLargeError`` fail a chain step whose result the next step
+  cannot take. ``RunningElsewhereError`` is raised before a body runs, to leave
+  a duplicate copy unacknowledged.
+- **Recorded outcomes**, never raised at a caller: ``GroupStepFailedError``
+  (a chain's group step failed under policy ``fail``), ``ChainGivenUpError``
+  (the sweep gave up on a stuck chain), both as the chain's error and in its
+  ``ChainFailure``; ``ChainCancelledError``, a cancelled chain's outcome as a
+  group member (``MemberError.type``).
 """
 
 from taskiq.exceptions import TaskiqError

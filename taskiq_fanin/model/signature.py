@@ -96,11 +96,6 @@ def _not_a_task(value: object) -> NotATaskError:
     )
 
 
-def signature(task: TaskRef, /, *args: Any, **kwargs: Any) -> Signature:
-    """Shortcut for :meth:`Signature.of`."""
-    return Signature.of(task, *args, **kwargs)
-
-
 def as_signature(target: "TaskRef | Signature") -> Signature:
     """Accept a task, a task name or a signature where a continuation is expected."""
     if isinstance(target, Signature):

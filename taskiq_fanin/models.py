@@ -1,0 +1,29 @@
+"""The values beside the top-level ones: options, policies, states, descriptions.
+
+``GroupResult``, ``GroupStatus``, ``ChainStatus``, ``ChainFailure`` and
+``MemberError`` are at the top level, ``taskiq_fanin``; here are the option
+values they and ``group(...)`` refer to, and the types ``group(...)`` and
+``chain(...)`` describe a workflow with before it is kicked.
+"""
+
+from taskiq_fanin.api.chains import Chain
+from taskiq_fanin.api.groups import Group
+from taskiq_fanin.model.options import GroupOptions
+from taskiq_fanin.model.results import (
+    ChainState,
+    FailurePolicy,
+    GroupState,
+    SweepPolicy,
+)
+from taskiq_fanin.store.outcome_batching import OutcomeBatching
+
+__all__ = [
+    "Chain",
+    "ChainState",
+    "FailurePolicy",
+    "Group",
+    "GroupOptions",
+    "GroupState",
+    "OutcomeBatching",
+    "SweepPolicy",
+]
