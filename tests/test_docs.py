@@ -151,8 +151,8 @@ def test_every_relative_link_leads_to_a_file_and_heading_that_exist(page: Path) 
             continue  # https:, mailto:
         file_part, _, anchor = target.partition("#")
         linked = (page.parent / file_part).resolve() if file_part else page
-        lost_anchor = bool(anchor) and linked.suffix == ".md"
-        if not linked.exists() or (lost_anchor and anchor not in _anchors(linked)):
+        checks_anchor = bool(anchor) and linked.suffix == ".md"
+        if not linked.exists() or (checks_anchor and anchor not in _anchors(linked)):
             broken.append(target)
 
     assert broken == []
