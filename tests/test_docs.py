@@ -117,7 +117,7 @@ def test_the_guarantees_cite_tests() -> None:
     assert len({name for _, name in cited if name}) >= 30
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_every_test_a_page_cites_exists(page: Path) -> None:
     missing = []
     for test_file, name in _cited_tests(page):
@@ -143,7 +143,7 @@ def test_every_state_machine_the_guarantees_name_exists() -> None:
     assert missing == []
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_every_relative_link_leads_to_a_file_and_heading_that_exist(page: Path) -> None:
     broken = []
     for target in LINK.findall(_prose(page.read_text())):
@@ -158,7 +158,7 @@ def test_every_relative_link_leads_to_a_file_and_heading_that_exist(page: Path) 
     assert broken == []
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_every_script_and_module_a_page_names_exists(page: Path) -> None:
     text = page.read_text()
     scripts = {name for name in LUA_NAME.findall(text) if not (LUA / name).exists()}
