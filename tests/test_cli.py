@@ -516,9 +516,9 @@ async def test_help_says_where_the_options_go_and_lists_each_exit_code() -> None
     assert [code.value for code in ExitCode] == [0, 1, 2, 3, 4, 130]
 
 
-def test_the_readme_lists_the_exit_codes_the_command_returns() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Command line", 1)[1].split("\n### ", 1)[0]
+def test_the_cli_doc_lists_the_exit_codes_the_command_returns() -> None:
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    section = doc.split("\n## Exit codes\n", 1)[1].split("\n## ", 1)[0]
     rows = [
         line.split("|")[1].strip()
         for line in section.splitlines()
