@@ -82,8 +82,10 @@ test: check-redis venv
 
 # The quick edit-test loop: the tests that need no redis-server, no worker, no
 # fault rig and no cluster (fakeredis only; the marks are set in
-# tests/conftest.py from what each test uses), without the lint. Under a minute.
-FAST_TESTS := not redis_server and not workers and not faults and not cluster
+# tests/conftest.py from what each test uses), nor the package index (the
+# wheel's install into an empty venv, half a minute alone), without the lint.
+FAST_TESTS := not redis_server and not workers and not faults and not cluster \
+    and not network
 
 test-fast: venv
 	$(BIN)/pytest -q -m "$(FAST_TESTS)"
