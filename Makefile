@@ -35,7 +35,7 @@ for req in requires("taskiq-fanin") or []:
 endef
 export FLOOR_PINS
 
-.PHONY: venv lint format check-redis test test-lowest bench clean
+.PHONY: venv lint format check-redis test test-fast test-lowest bench clean
 
 venv: $(STAMP)
 
@@ -79,6 +79,16 @@ check-redis:
 test: check-redis venv
 	@$(MAKE) --no-print-directory lint
 	$(BIN)/pytest -q
+
+# The quick edit-test loop: the tests that need no redis-server, no worker, no
+# fault rig and no cluster (fakeredis only; the marks are set in
+# tests/conftest.py from what each test uses), nor the package index (the
+# wheel's install into an empty venv, half a minute alone), without the lint.
+FAST_TESTS := not redis_server and not workers and not faults and not cluster \
+    and not network
+
+test-fast: venv
+	$(BIN)/pytest -q -m "$(FAST_TESTS)"
 
 test-lowest: check-redis $(LOWEST_STAMP)
 	@echo "$(LOWEST_VENV): $$($(LOWEST_BIN)/python --version)," \

@@ -3,6 +3,9 @@
 Tests never flush a database. Each test gets its own ``key_prefix`` and keeps every
 key it writes under it; ``redis_client`` deletes exactly those keys afterwards, so
 the suite is also safe against a shared server named by ``REDIS_URL``.
+
+Each test is marked with what it needs (``redis_server``, ``workers``,
+``cluster``: ``tests/needs.py``), and fails if it starts one unmarked.
 """
 
 from __future__ import annotations
@@ -15,6 +18,27 @@ from fakeredis.aioredis import FakeRedis
 from redis.asyncio import Redis
 
 from local_redis import RedisCluster, delete_keys, redis_url_from_env_or_server
+from tests.needs import NeedGuard, needs_of_item
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with what it needs, read from what it uses."""
+    for item in items:
+        for need in sorted(needs_of_item(item)):
+            item.add_marker(need)
+
+
+@pytest.fixture(autouse=True)
+def need_guard(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[NeedGuard]:
+    """Fail a test that starts a server or a worker it is not marked as needing."""
+    marks = frozenset(mark.name for mark in request.node.iter_markers())
+    guard = NeedGuard(request.node.nodeid, marks)
+    guard.install(monkeypatch)
+    yield guard
+    if guard.violations:
+        pytest.fail("\n".join(guard.violations), pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -67,9 +91,15 @@ async def fake_redis() -> AsyncIterator[FakeRedis]:
         await client.aclose()
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
-def client(
-    request: pytest.FixtureRequest, fake_redis: FakeRedis, redis_client: Redis
-) -> Redis:
-    """The same test on fakeredis (real Lua through lupa) and on a real server."""
-    return fake_redis if request.param == "fakeredis" else redis_client
+@pytest.fixture(
+    params=["fakeredis", pytest.param("redis-server", marks=pytest.mark.redis_server)]
+)
+def client(request: pytest.FixtureRequest, fake_redis: FakeRedis) -> Redis:
+    """The same test on fakeredis (real Lua through lupa) and on a real server.
+
+    The server is asked for only by the second: the first is a fast test.
+    """
+    if request.param == "fakeredis":
+        return fake_redis
+    real: Redis = request.getfixturevalue("redis_client")
+    return real

@@ -3,7 +3,8 @@
 The broker is taskiq-redis's ``RedisStreamBroker`` on the test's own stream, and
 the worker is taskiq's own ``Receiver`` with a bounded ``max_async_tasks``: the
 same code ``taskiq worker`` runs, without a process to manage. Waiting with a
-deadline (``eventually``) and the worker processes come from ``local_redis``.
+deadline (``eventually``) and the worker processes come from ``local_redis``;
+``drained`` waits until nothing more will run, before a test counts.
 """
 
 import asyncio
@@ -14,7 +15,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio import Redis
 from taskiq import (
+    AckableMessage,
     AsyncBroker,
     BrokerMessage,
     TaskiqMessage,
@@ -24,7 +27,7 @@ from taskiq import (
 from taskiq.receiver import Receiver
 from taskiq_redis import RedisStreamBroker
 
-from local_redis import DuplicatingMiddleware, TaskiqWorker, eventually
+from local_redis import DuplicatingMiddleware, TaskiqWorker, eventually, stream_drained
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.store.client import RedisClient
 
@@ -32,8 +35,10 @@ __all__ = [
     "BLOCK_MS",
     "ROOT",
     "DuplicatingMiddleware",
+    "HandlingReceiver",
     "LossyStreamBroker",
     "SentMessages",
+    "drained",
     "eventually",
     "lossy_stream_broker",
     "stream_broker",
@@ -109,11 +114,32 @@ def lossy_stream_broker(
     return broker, fanin_middleware
 
 
+class HandlingReceiver(Receiver):
+    """taskiq's ``Receiver``, counting the messages it is handling right now."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.handling = 0
+
+    async def callback(
+        self, message: bytes | AckableMessage, raise_err: bool = False
+    ) -> None:
+        self.handling += 1
+        try:
+            await super().callback(message, raise_err=raise_err)
+        finally:
+            self.handling -= 1
+
+
 @contextlib.asynccontextmanager
-async def worker(broker: AsyncBroker, max_async_tasks: int) -> AsyncIterator[Receiver]:
+async def worker(
+    broker: AsyncBroker, max_async_tasks: int
+) -> AsyncIterator[HandlingReceiver]:
     """Run a ``Receiver`` with ``max_async_tasks`` slots until the block ends."""
     await broker.startup()
-    receiver = Receiver(broker, max_async_tasks=max_async_tasks, run_startup=False)
+    receiver = HandlingReceiver(
+        broker, max_async_tasks=max_async_tasks, run_startup=False
+    )
     finished = asyncio.Event()
     listening = asyncio.create_task(receiver.listen(finished))
     try:
@@ -129,6 +155,35 @@ async def worker(broker: AsyncBroker, max_async_tasks: int) -> AsyncIterator[Rec
             done, _ = await asyncio.wait({listening}, timeout=5)
         if not done:
             listening.cancel()
+
+
+async def drained(
+    broker: RedisStreamBroker, receiver: HandlingReceiver, *, timeout: float = 20.0
+) -> None:
+    """Wait until nothing more will run: then a test may count what ran.
+
+    Every message in the broker's stream has been delivered and acknowledged
+    (the consumer group's lag and pending are 0) and the receiver handles none.
+    taskiq acknowledges a message last, after its ``post_execute`` (and a
+    retry's ``on_error``) has returned, and a kick returns once the stream holds
+    its message: a continuation or a next step kicked by a member is in the
+    stream before that member is acknowledged. So once the stream is drained,
+    nothing already sent can make anything run, and a wrong second event has
+    already happened; a fixed sleep instead passes when it comes late. Only a
+    new kick from outside (the test, a sweep) runs anything after.
+    """
+    client = Redis(connection_pool=broker.connection_pool)
+    stream = broker.queue_name
+
+    async def nothing_left() -> bool:
+        return await stream_drained(client, stream) and receiver.handling == 0
+
+    try:
+        await eventually(
+            nothing_left, timeout=timeout, what=f"{stream} and its worker to drain"
+        )
+    finally:
+        await client.aclose()
 
 
 class SentMessages(TaskiqMiddleware):

@@ -17,6 +17,7 @@ from taskiq_fanin.store.keys import GroupKeys
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,
+    drained,
     eventually,
     stream_broker,
     worker,
@@ -49,11 +50,11 @@ async def test_ten_albums_at_ten_slots_each_publish_once_after_their_five_images
         members = [Signature.of(resize, album, image) for image in range(IMAGES)]
         return group(members, then=Signature.of(publish, album))
 
-    async with worker(broker, max_async_tasks=10):
+    async with worker(broker, max_async_tasks=10) as receiver:
         for album in range(ALBUMS):
             await make_album.kiq(album)
         await eventually(lambda: len(published) >= ALBUMS, what="10 albums")
-        await asyncio.sleep(0.3)  # room for a wrong second publish to show up
+        await drained(broker, receiver)
 
     assert sorted(album for album, _, _ in published) == list(range(ALBUMS))
     for album, images_at_publish, result in published:
@@ -85,7 +86,7 @@ async def test_duplicate_deliveries_never_fire_a_continuation_early_or_twice(
     async def publish(result: GroupResult, album: int) -> None:
         published.append((album, len(distinct_done[album])))
 
-    async with worker(broker, max_async_tasks=20):
+    async with worker(broker, max_async_tasks=20) as receiver:
         for album in range(ALBUMS):
             members = [Signature.of(resize, album, i) for i in range(IMAGES)]
             await group(members, then=Signature.of(publish, album)).kiq(broker)
@@ -94,7 +95,7 @@ async def test_duplicate_deliveries_never_fire_a_continuation_early_or_twice(
             lambda: sum(runs.values()) == ALBUMS * IMAGES + len(duplicates.duplicated),
             what="every duplicate delivery to run",
         )
-        await asyncio.sleep(0.3)
+        await drained(broker, receiver)
 
     assert len(duplicates.duplicated) > 0, "the seed must produce duplicates"
     assert any(count == 2 for count in runs.values())
@@ -123,7 +124,7 @@ async def test_fifty_racing_deliveries_of_the_last_member_fire_one_continuation(
     async def then(result: GroupResult) -> None:
         continuations.append(result)
 
-    async with worker(broker, max_async_tasks=60):
+    async with worker(broker, max_async_tasks=60) as receiver:
         members = [Signature.of(member, i) for i in range(3)]
         handle = await group(members, then=then).kiq(broker)
         (last,) = [m for m in sent.of_task(member.task_name) if m.args == [2]]
@@ -136,7 +137,7 @@ async def test_fifty_racing_deliveries_of_the_last_member_fire_one_continuation(
         )
         release.set()
         await eventually(lambda: len(continuations) >= 1, what="the continuation")
-        await asyncio.sleep(0.3)
+        await drained(broker, receiver)
         status = await handle.status()
 
     assert len(continuations) == 1
@@ -192,7 +193,7 @@ async def test_with_policy_fail_only_the_error_continuation_runs_once(
     async def on_error(result: GroupResult, tag: str) -> None:
         ran.append(f"on_error {tag} {sorted(result.failed)}")
 
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         members = [Signature.of(member, i) for i in range(3)]
         spec = group(
             members,
@@ -202,7 +203,7 @@ async def test_with_policy_fail_only_the_error_continuation_runs_once(
         )
         await spec.kiq(broker)
         await eventually(lambda: len(ran) == 1, what="a continuation")
-        await asyncio.sleep(0.3)
+        await drained(broker, receiver)
 
     assert ran == ["on_error x [0]"]
 

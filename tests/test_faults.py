@@ -40,7 +40,7 @@ from tests.fault_harness import (
 )
 from tests.harness import eventually
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration]
+pytestmark = pytest.mark.faults
 
 #: Long enough for a worker restarted by ``taskiq worker`` and a 2 s idle timeout.
 RECOVERY = 60.0

@@ -27,7 +27,7 @@ from tests.harness import DuplicatingMiddleware, eventually
 
 #: Beyond the suite's 120 s per test: on a loaded machine the load can take
 #: longer than it does alone (about 20 s).
-pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
 GROUPS, MEMBERS = 50, 200
 #: Members sent twice: this percentage of them, chosen by their task id.

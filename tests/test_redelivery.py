@@ -38,7 +38,7 @@ from tests.fault_harness import Rig, alive, fault_rig, summary, the_child
 from tests.harness import eventually
 from tests.test_faults import completed_and_drained, continuations, plan
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration]
+pytestmark = pytest.mark.faults
 
 IDLE_TIMEOUT_MS = 1000
 MEMBERS = 3
