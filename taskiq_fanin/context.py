@@ -98,9 +98,7 @@ class FanInContext:
         return cls(
             config=config,
             redis=redis,
-            scripts=GroupScripts(
-                redis, pipeline, prefix=config.prefix, batching=batching
-            ),
+            scripts=GroupScripts(redis, pipeline, batching=batching),
             chain_scripts=ChainScripts(redis, pipeline),
             start_chain=start_chain,
             on_broker=broker,
@@ -124,7 +122,7 @@ class FanInContext:
 
     @property
     def outcomes(self) -> OutcomeBatcher:
-        """Records member outcomes; told which members run in this worker."""
+        """Batches member outcomes; the worker tells it which members run here."""
         return self.scripts.outcomes
 
     async def redis_now(self) -> float:

@@ -40,7 +40,6 @@ class GroupScripts:
         client: RedisClient,
         pipeline: PipelineBatcher,
         *,
-        prefix: str,
         batching: OutcomeBatching | None = None,
     ) -> None:
         self._pipeline = pipeline
@@ -51,7 +50,7 @@ class GroupScripts:
         #: Members of one group finishing together share one script call; the
         #: worker tells it which members run here.
         self.outcomes = OutcomeBatcher(
-            pipeline, registered["record_outcome"], prefix=prefix, tuning=batching
+            pipeline, registered["record_outcome"], tuning=batching
         )
 
     async def send(self, command: Command) -> Any:
