@@ -20,7 +20,8 @@ from taskiq_fanin import (
     chain,
     group,
 )
-from taskiq_fanin.groups.validation import validate_chain, validate_group
+from taskiq_fanin.chains.validation import validate_chain
+from taskiq_fanin.groups.validation import validate_group
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
 from taskiq_fanin.worker.skipping import _guarded
 

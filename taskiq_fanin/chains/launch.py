@@ -14,15 +14,11 @@ from typing import Any, overload
 from taskiq_fanin.chains import record, tasks
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.membership import settle_member
+from taskiq_fanin.chains.validation import validate_chain, validate_kick
 from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.groups import index
 from taskiq_fanin.groups.planning import plan_group
-from taskiq_fanin.groups.validation import (
-    GroupPlan,
-    validate_chain,
-    validate_group,
-    validate_kick,
-)
+from taskiq_fanin.groups.validation import GroupPlan, validate_group
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import IdInUseError, shown
 from taskiq_fanin.model.labels import MemberRef

@@ -14,7 +14,7 @@ from taskiq import (
     TaskiqResult,
 )
 
-from taskiq_fanin.chains import launch, tasks
+from taskiq_fanin.chains import launch, tasks, validation
 from taskiq_fanin.context import FanInContext, current_run, new_delivery
 from taskiq_fanin.model.config import (
     DEFAULT_DEADLINE_SECONDS,
@@ -165,6 +165,7 @@ class FanInMiddleware(TaskiqMiddleware):
                 self.broker,
                 self._client,
                 start_chain=launch.start_member,
+                check_chain=validation.validate_chain,
                 batching=self._batching,
             )
             self._running = RunningMembers(
