@@ -5,12 +5,11 @@ from typing import Any
 
 from taskiq import TaskiqResult
 
-from taskiq_fanin.chains import launch, saga
+from taskiq_fanin.chains import index, launch, saga
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.chains.membership import end_member, member_end
 from taskiq_fanin.chains.record import keys_of
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import index
 from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.groups.validation import GroupPlan
 from taskiq_fanin.model.config import ms
@@ -108,7 +107,7 @@ async def _failed(
 ) -> None:
     # Should this worker die before its member is recorded or the chain is
     # failed, the sweep looks at it once a lease is over, not at its deadline.
-    look = index.reschedule(ctx, cursor.id, ms(ctx.config.lease), chains=True)
+    look = index.reschedule(ctx, cursor.id, ms(ctx.config.lease))
     fail = ctx.chain_scripts.fail(
         keys_of(ctx, cursor.id),
         token=cursor.token,
@@ -154,7 +153,7 @@ async def _finished(
     if end is not None:
         # A member is recorded after the chain is done: should this worker die
         # in between, the sweep records it a lease later (the record keeps it).
-        look = index.look_sooner(ctx, cursor.id, ms(ctx.config.lease), chains=True)
+        look = index.look_sooner(ctx, cursor.id, ms(ctx.config.lease))
         _, finished = await asyncio.gather(look, finish)
     else:
         finished = await finish

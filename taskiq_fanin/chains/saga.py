@@ -13,7 +13,7 @@ its compensations run as for a failure.
 
 from taskiq import TaskiqResult
 
-from taskiq_fanin.chains import launch, record
+from taskiq_fanin.chains import index, launch, record
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.membership import (
     cancelled_result,
@@ -22,7 +22,6 @@ from taskiq_fanin.chains.membership import (
     settle_member,
 )
 from taskiq_fanin.context import FanInContext, new_delivery
-from taskiq_fanin.groups import index
 from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
 from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.model.config import ms
@@ -95,7 +94,7 @@ async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
     failure = error_payload(error, ctx.config.max_result_bytes)
     delivery = new_delivery()
     # Should the sweep die half-way, the next one finishes it a lease later.
-    await index.reschedule(ctx, cursor.id, ms(ctx.config.lease), chains=True)
+    await index.reschedule(ctx, cursor.id, ms(ctx.config.lease))
     failed, compensations = await ctx.chain_scripts.fail(
         record.keys_of(ctx, cursor.id),
         token=cursor.token,
