@@ -1,4 +1,5 @@
-"""A worker app for the fault-injection and load tests, on RedisStreamBroker.
+"""A worker app for the fault-injection and load tests, on RedisStreamBroker (or
+ListQueueBroker, with ``BROKER=list``).
 
 taskiq-redis's stream broker leaves a message unacknowledged until its worker is
 done with it, and another worker's read takes it back once it has been idle for
@@ -19,6 +20,7 @@ Configured from the environment:
 - ``MEMBER_SECONDS``, ``STEP_SECONDS``: how long a member, a chain step takes.
 - ``HANG``: the task id of a member, continuation or chain step whose first
   delivery hangs (its worker is to be killed); later deliveries run normally.
+  Every start of its body is counted (``started``).
 - ``HOLD``: the task id of a member that, once started, waits for the test to
   set the observation key ``go`` before it returns.
 - ``SLOW``: the task id of a continuation or chain step whose body runs until
@@ -27,6 +29,8 @@ Configured from the environment:
   at most; its starts are counted (``started``).
 - ``KILL_ON``: ``continuation`` or ``on_error``: a worker SIGKILLs itself in
   ``pre_send`` of such a message, once (the first worker to get there).
+- ``BROKER``: ``list`` for taskiq-redis's ListQueueBroker on the list ``QUEUE``
+  (which never redelivers) instead of the stream broker.
 """
 
 import asyncio
@@ -38,8 +42,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from taskiq import TaskiqMessage, TaskiqMiddleware
-from taskiq_redis import RedisStreamBroker
+from taskiq import AsyncBroker, TaskiqMessage, TaskiqMiddleware
+from taskiq_redis import ListQueueBroker, RedisStreamBroker
 
 from taskiq_fanin import ChainFailure, FanInMiddleware, GroupResult
 from taskiq_fanin.model.labels import CONTINUATION_LABEL
@@ -48,6 +52,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 OBS_URL = os.environ.get("OBS_URL", REDIS_URL)
 PREFIX = os.environ.get("APP_PREFIX", "fault-app")
 STREAM = f"{PREFIX}:stream"
+QUEUE = f"{PREFIX}:queue"
 IDLE_TIMEOUT_MS = int(os.environ.get("IDLE_TIMEOUT_MS", "2000"))
 MEMBER_SECONDS = float(os.environ.get("MEMBER_SECONDS", "0"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0"))
@@ -140,13 +145,18 @@ _broker_options: dict[str, Any] = {}
 if "BROKER_SOCKET_TIMEOUT" in os.environ:
     _broker_options["socket_timeout"] = float(os.environ["BROKER_SOCKET_TIMEOUT"])
 
-broker = RedisStreamBroker(
-    REDIS_URL,
-    queue_name=STREAM,
-    xread_block=100,
-    idle_timeout=IDLE_TIMEOUT_MS,
-    **_broker_options,
-).with_middlewares(
+broker: AsyncBroker = (
+    ListQueueBroker(REDIS_URL, queue_name=QUEUE, **_broker_options)
+    if os.environ.get("BROKER") == "list"
+    else RedisStreamBroker(
+        REDIS_URL,
+        queue_name=STREAM,
+        xread_block=100,
+        idle_timeout=IDLE_TIMEOUT_MS,
+        **_broker_options,
+    )
+)
+broker.with_middlewares(
     Observe(),
     KillSwitch(),
     FanInMiddleware(
@@ -161,8 +171,12 @@ broker = RedisStreamBroker(
 
 
 async def hang_if_chosen(task_id: str) -> None:
-    """The first delivery of ``HANG`` says where it runs, and hangs."""
-    if task_id == HANG and await obs().set(obs_key("hung"), os.getpid(), nx=True):
+    """The first delivery of ``HANG`` says where it runs, and hangs; every one
+    says it started."""
+    if task_id != HANG:
+        return
+    await obs().hincrby(obs_key("started"), task_id, 1)
+    if await obs().set(obs_key("hung"), os.getpid(), nx=True):
         await asyncio.sleep(3600)
 
 

@@ -14,6 +14,7 @@ from taskiq_fanin import (
     ArgumentsMismatchError,
     FanInError,
     FanInMiddleware,
+    InvalidChainError,
     InvalidGroupError,
     NotATaskError,
     Signature,
@@ -259,3 +260,10 @@ async def test_a_task_whose_function_the_skip_guard_wrapped_is_still_bound(
     validate_group(fanin.context, group([Signature.of(guarded, 1)]))
     with pytest.raises(ArgumentsMismatchError, match=r"The task is guarded\(photo\)$"):
         await group([Signature.of(guarded, 1, 2)]).kiq(broker)
+
+
+def test_a_bare_task_as_a_chain_step_says_chain() -> None:
+    with pytest.raises(InvalidChainError, match=r"^Invalid chain: step 2 is the task"):
+        chain(Signature.of(resize, 1), resize)  # type: ignore[arg-type]
+    with pytest.raises(InvalidGroupError, match=r"^Invalid chain: step 1 is the"):
+        chain(resize)  # type: ignore[arg-type]  # still an InvalidGroupError

@@ -1,8 +1,9 @@
 """Nothing lost: faults injected into real processes.
 
 Real ``taskiq worker`` processes of ``tests.fault_app`` on a RedisStreamBroker
-(unacknowledged messages come back after a 2 s idle timeout), a redis-server of
-the test's own that is restarted, suspended, paused; workers SIGKILLed mid-task.
+(unacknowledged messages come back after a 2 s idle timeout, with the next
+message read: ``nudging`` sends one), a redis-server of the test's own that is
+restarted, suspended, paused; workers SIGKILLed mid-task.
 Every count comes from the observation server, which no fault touches, and is
 asserted only once the stream is drained (``Rig.drained``): every message ever
 sent was delivered and acknowledged, so a duplicate would have shown.

@@ -22,10 +22,10 @@ from taskiq_fanin import (
     group_task,
 )
 from taskiq_fanin.chains.tasks import CONTINUE_TASK_NAME, FAIL_TASK_NAME
-from taskiq_fanin.groups.planning import META_FIELDS
 from taskiq_fanin.model.labels import CANCELLABLE_LABEL
 from taskiq_fanin.model.options import GroupOptionsArgs
 from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.records import META_FIELDS
 
 #: A value of each option that is not its default (continuations: task names),
 #: and a check of the meta (fields as text, the meta's TTL in ms) for it.

@@ -303,7 +303,7 @@ class ChainLife(Scripted):
         assert self.run(
             self.scripts.start(
                 self.keys, token="tok", names="[]", steps=steps, ttl_ms=3_600_000,
-                pending="{}", span_ms=60_000,
+                pending="{}", deadline_ms=60_000,
             )
         )  # fmt: skip
         self.state, self.step = "running", 0

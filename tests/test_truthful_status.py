@@ -29,6 +29,7 @@ from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.model.errors import GroupStepFailedError
 from taskiq_fanin.model.results import MEMBERS_KEPT, StepError, from_millis
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
+from taskiq_fanin.store.records import GroupMeta
 from tests.harness import SentMessages, eventually, stream_broker, worker
 
 
@@ -151,7 +152,7 @@ def test_a_group_meta_written_before_finish_times_reads_with_none() -> None:
         "deadline": "61000",
     }
     read_at = from_millis(5000)
-    found = status_from_meta("old", meta, read_at=read_at)
+    found = status_from_meta("old", GroupMeta.from_hash(meta), read_at=read_at)
     assert found.finished is None
     assert found.age_seconds() == 4.0
 

@@ -7,6 +7,7 @@ from taskiq_fanin.api.broker import Target, context_of
 from taskiq_fanin.api.checks import wrong_kind
 from taskiq_fanin.chains import launch, record
 from taskiq_fanin.context import FanInContext
+from taskiq_fanin.model.errors import InvalidChainError
 from taskiq_fanin.model.results import ChainStatus
 from taskiq_fanin.model.signature import Signature, TaskRef, as_signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
@@ -61,7 +62,12 @@ def chain(
     """
     for index, step in enumerate(steps):
         if not isinstance(step, Signature | GroupSpec):
-            raise wrong_kind(f"step {index + 1}", step, "a Signature or a group")
+            raise wrong_kind(
+                f"step {index + 1}",
+                step,
+                "a Signature or a group",
+                error=InvalidChainError,
+            )
     return Chain.model_construct(
         steps=steps,
         on_error=as_signature(on_error) if on_error is not None else None,

@@ -6,14 +6,23 @@ from taskiq_fanin.groups.arguments import public_name
 from taskiq_fanin.model.errors import InvalidGroupError
 
 
-def wrong_kind(what: str, value: object, expected: str) -> InvalidGroupError:
-    """``member 2 is ... , not a Signature``, with what to write instead."""
+def wrong_kind(
+    what: str,
+    value: object,
+    expected: str,
+    *,
+    error: type[InvalidGroupError] = InvalidGroupError,
+) -> InvalidGroupError:
+    """``member 2 is ... , not a Signature``, with what to write instead.
+
+    ``error``: ``InvalidChainError`` for a chain's step, so that it says chain.
+    """
     if isinstance(value, AsyncTaskiqDecoratedTask):
         name = public_name(value)
-        return InvalidGroupError(
+        return error(
             reason=f"{what} is the task {value.task_name!r} itself, not {expected}: "
             f"give it its arguments with Signature.of({name}, ...)"
         )
     kind = type(value).__name__
     article = "an" if kind[:1].lower() in "aeiou" else "a"
-    return InvalidGroupError(reason=f"{what} is {article} {kind}, not {expected}")
+    return error(reason=f"{what} is {article} {kind}, not {expected}")

@@ -68,7 +68,7 @@ async def start(
         steps=len(spec.steps),
         ttl_ms=ms(ctx.config.ttl),
         pending=pending_json(cursor, first, NOTHING),
-        span_ms=ms(ctx.config.deadline),
+        deadline_ms=ms(ctx.config.deadline),
         member=cursor.member or "",
     )
     if started is Started.ID_IN_USE:
@@ -97,7 +97,7 @@ async def start_member(
     """
     for earlier_id in earlier:
         found = await ctx.chain_scripts.read(record.keys_of(ctx, earlier_id))
-        if found and found.get("state") != ChainState.RUNNING.value:
+        if found.state not in (ChainState.MISSING, ChainState.RUNNING):
             await settle_member(ctx, found, delivery=new_delivery())
             return False
     return await start(

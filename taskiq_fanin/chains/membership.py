@@ -17,6 +17,7 @@ from taskiq_fanin.groups import recording
 from taskiq_fanin.model.errors import ChainCancelledError
 from taskiq_fanin.model.labels import MemberRef
 from taskiq_fanin.model.results import ChainState
+from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Outcome
 
 
@@ -68,22 +69,22 @@ async def end_member(
 
 
 async def settle_member(
-    ctx: FanInContext, record: dict[str, str], *, delivery: str
+    ctx: FanInContext, record: ChainRecord, *, delivery: str
 ) -> None:
     """Record the member outcome a chain's record says, if it is over and a member.
 
     For whoever finds a chain over without knowing that its member was recorded:
     a redelivered copy of its step, the sweep, a second ``cancel``.
     """
-    ref = MemberRef.parse(record["member"]) if record.get("member") else None
+    ref = MemberRef.parse(record.member) if record.member else None
     if ref is None:
         return
-    state = ChainState(record.get("state", ChainState.MISSING.value))
+    state = record.state
     if state is ChainState.DONE:
-        outcome = Outcome(record.get("outcome") or Outcome.DONE.value)
-        payload = record.get("payload", "")
+        outcome = Outcome(record.outcome or Outcome.DONE.value)
+        payload = record.payload
     elif state in (ChainState.FAILING, ChainState.FAILED):
-        outcome, payload = Outcome.FAILED, record.get("error", "")
+        outcome, payload = Outcome.FAILED, record.error_entry
     elif state is ChainState.CANCELLED:
         outcome = Outcome.FAILED
         limit = ctx.config.max_result_bytes

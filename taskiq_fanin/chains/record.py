@@ -4,7 +4,6 @@ The answer to "where is my video?": current step, state, times, and the error of
 a failed step. Its transitions are scripts (``ChainScripts``).
 """
 
-import json
 from datetime import datetime, timezone
 
 from taskiq_fanin.chains.cursor import ChainCursor
@@ -15,10 +14,10 @@ from taskiq_fanin.model.results import (
     ChainState,
     ChainStatus,
     MemberError,
-    StepError,
     from_millis,
 )
 from taskiq_fanin.store.keys import ChainKeys, chain_index_key, validate_chain_id
+from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Begin
 from taskiq_fanin.store.scripts import text
 
@@ -43,32 +42,30 @@ async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
 
 
 def status_from_record(
-    chain_id: str, found: dict[str, str], *, read_at: datetime | None = None
+    chain_id: str, found: ChainRecord, *, read_at: datetime | None = None
 ) -> ChainStatus:
-    """A ``ChainStatus`` from a chain's record (empty: the chain is missing)."""
-    if not found:
+    """A ``ChainStatus`` from a chain's record (state ``missing``: it is missing)."""
+    if found.state is ChainState.MISSING:
         return ChainStatus(chain_id=chain_id, state=ChainState.MISSING, read_at=read_at)
-    updated = int(found["updated"])
-    error = StepError.model_validate_json(found["error"]) if "error" in found else None
+    error = found.error
+    due = None
+    if found.deadline_ms is not None and found.updated_at is not None:
+        due = from_millis(found.updated_at + found.deadline_ms)
     return ChainStatus(
         chain_id=chain_id,
-        state=ChainState(found["state"]),
-        step=int(found["step"]),
-        steps=int(found["steps"]),
-        step_names=[str(name) for name in json.loads(found["names"])],
-        started=from_millis(int(found["started"])),
-        updated=from_millis(updated),
-        finished=from_millis(int(found["finished"])) if "finished" in found else None,
-        failed_step=int(found["failed_step"]) if "failed_step" in found else None,
+        state=found.state,
+        step=found.step,
+        steps=found.steps,
+        step_names=list(found.step_names),
+        started=from_millis(found.started_at),
+        updated=from_millis(found.updated_at),
+        finished=from_millis(found.finished_at),
+        failed_step=found.failed_step,
         error=MemberError(type=error.type, message=error.message) if error else None,
         failed_members=error.members if error else {},
         lost_members=error.lost if error else [],
-        failures={
-            int(field.removeprefix("failure:")): MemberError.model_validate_json(value)
-            for field, value in found.items()
-            if field.startswith("failure:")
-        },
-        due=from_millis(updated + int(found["span"])) if "span" in found else None,
+        failures=found.failures,
+        due=due,
         read_at=read_at,
     )
 
@@ -96,9 +93,7 @@ async def list_chains(
     if now is None:
         now = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     statuses = [
-        status_from_record(
-            chain_id, {text(k): text(v) for k, v in found.items()}, read_at=now
-        )
+        status_from_record(chain_id, ChainRecord.from_hash(found), read_at=now)
         for chain_id, found in zip(chain_ids, records, strict=True)
     ]
     return [
@@ -110,8 +105,7 @@ async def list_chains(
 
 async def state(ctx: FanInContext, chain_id: str) -> ChainState:
     """The chain's state alone."""
-    found = (await ctx.chain_scripts.read(keys_of(ctx, chain_id))).get("state")
-    return ChainState(found) if found is not None else ChainState.MISSING
+    return (await ctx.chain_scripts.read(keys_of(ctx, chain_id))).state
 
 
 async def begin_step(

@@ -37,6 +37,7 @@ from taskiq_fanin.model.labels import ON_ERROR_OF_LABEL
 from taskiq_fanin.model.results import ChainFailure, ChainState, MemberError, StepError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
+from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Cancelled, Failed
 
 
@@ -71,12 +72,12 @@ async def finish_failing(ctx: FanInContext, chain_id: str, pending: str) -> None
     """
     keys = record.keys_of(ctx, chain_id)
     found = await ctx.chain_scripts.read(keys)
-    if found.get("state") != "failing":
+    if found.state is not ChainState.FAILING:
         return
     cursor = PendingStep.model_validate_json(pending).cursor
     compensations = await ctx.chain_scripts.compensations(keys)
     unknown = MemberError(type="UnknownError", message="").model_dump_json()
-    await after_failure(ctx, cursor, found.get("error") or unknown, compensations)
+    await after_failure(ctx, cursor, found.error_entry or unknown, compensations)
 
 
 async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
@@ -87,7 +88,8 @@ async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
     with a ``ChainFailure``, the compensations started, then ``failed``; a group
     step is cancelled, nothing waits on it now. The record's token and step
     checks make it once: False when the chain moved on meanwhile (a slow step
-    that ended), was cancelled, or is gone; a step ending later moves nothing.
+    that ended), was cancelled, or is gone. A step still running ends as after
+    a cancel: it moves nothing, and its compensation runs.
     """
     kick = PendingStep.model_validate_json(pending)
     cursor = kick.cursor
@@ -101,6 +103,7 @@ async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
         step=cursor.index,
         error=failure,
         delivery=delivery,
+        given_up=True,
     )
     if failed is not Failed.FAILING:
         return False
@@ -131,7 +134,7 @@ async def compensate(ctx: FanInContext, undo_id: str, compensations: list[str]) 
 async def undo_cancelled_step(
     ctx: FanInContext, cursor: ChainCursor, *, undo: bool, delivery: str
 ) -> None:
-    """The chain was cancelled while this step ran: its own effect is undone too.
+    """The chain was cancelled (or given up) while this step ran: undo it too.
 
     ``undo``: the step's body did its work (a failed one left nothing to undo).
     The record keeps that compensation, so that the sweep starts it should this
@@ -180,8 +183,8 @@ async def _carry_out(ctx: FanInContext, chain_id: str, cancelled: Cancelled) -> 
     if cancelled.step_undo:
         undo_id = step_undo_id(chain_id, cancelled.step)
         await compensate(ctx, undo_id, [cancelled.step_undo])
-    fields = {"state": ChainState.CANCELLED.value, "member": cancelled.member}
-    await settle_member(ctx, fields, delivery=new_delivery())
+    over = ChainRecord(state=ChainState.CANCELLED, member=cancelled.member)
+    await settle_member(ctx, over, delivery=new_delivery())
 
 
 async def skipped(
@@ -195,10 +198,9 @@ async def skipped(
     ended it died first. Each is done once, however often asked.
     """
     found = await ctx.chain_scripts.read(record.keys_of(ctx, cursor.id))
-    state = found.get("state")
-    if state is None or state == ChainState.RUNNING.value:
+    if found.state in (ChainState.MISSING, ChainState.RUNNING):
         return
-    if state == ChainState.CANCELLED.value:
+    if found.state is ChainState.CANCELLED:
         if continuation:
             await complete_unrun(ctx, cursor.step_id)
         await finish_cancelled(ctx, cursor.id)

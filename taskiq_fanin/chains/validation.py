@@ -12,7 +12,7 @@ from taskiq_fanin.groups.validation import (
     check_task,
     serialized,
 )
-from taskiq_fanin.model.errors import InvalidGroupError, NestingTooDeepError
+from taskiq_fanin.model.errors import InvalidChainError, NestingTooDeepError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
 
@@ -40,7 +40,7 @@ def validate_chain(
     if depth > ctx.config.max_depth:
         raise NestingTooDeepError(depth=depth, maximum=ctx.config.max_depth)
     if not spec.steps:
-        raise InvalidGroupError(reason="a chain needs at least one step")
+        raise InvalidChainError(reason="a chain needs at least one step")
     limit = None if checked else ctx.config.max_member_bytes
     for index, step in enumerate(spec.steps):
         if isinstance(step, GroupSpec):
@@ -79,7 +79,7 @@ def _check_group_step(
     """
     set_here = (step.options.then, step.options.on_error, step.group_id)
     if any(value is not None for value in set_here):
-        raise InvalidGroupError(
+        raise InvalidChainError(
             reason=f"step {index + 1}, a group inside a chain, takes no then, "
             "on_error or group_id: the next step is its continuation"
         )

@@ -254,11 +254,12 @@ def sweep_summary(report: SweepReport, prefix: str) -> str:
         lock = sweep_lock_key(prefix)
         return f"Another sweep holds the lock ({lock}): nothing was done."
 
-    def count(number: int, noun: str) -> str:
-        return f"{number} {noun}{'' if number == 1 else 's'}"
+    def count(number: int, noun: str, plural: str = "") -> str:
+        return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
+    examined = count(report.examined, "due group or chain", "due groups or chains")
     summary = (
-        f"Examined {count(report.examined, 'due group or chain')}: "
+        f"Examined {examined}: "
         f"{count(len(report.findings), 'finding')}, {len(report.stuck)} stuck."
     )
     if not report.tasks_checked:

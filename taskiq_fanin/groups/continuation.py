@@ -12,8 +12,8 @@ from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.labels import ContinuationRef, MemberRef
 from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.records import GroupMeta, read_fields
 from taskiq_fanin.store.replies import Begin
-from taskiq_fanin.store.scripts import text
 
 
 async def begin(
@@ -56,9 +56,9 @@ async def release(ctx: FanInContext, ref: ContinuationRef, *, attempt: int) -> N
 async def complete_unrun(ctx: FanInContext, group_id: str) -> None:
     """Complete a group whose continuation will not run (its chain was cancelled)."""
     keys = GroupKeys(ctx.config.prefix, group_id)
-    token = await ctx.redis.hget(keys.meta, "token")
-    if token is not None:
-        ref = ContinuationRef(group_id=group_id, token=text(token), kind="then")
+    meta = await read_fields(ctx.redis, keys.meta, GroupMeta, "token")
+    if meta.token:
+        ref = ContinuationRef(group_id=group_id, token=meta.token, kind="then")
         await complete(ctx, ref)
 
 
@@ -76,5 +76,5 @@ async def cancel_group(ctx: FanInContext, group_id: str) -> bool:
 async def is_cancelled(ctx: FanInContext, ref: MemberRef) -> bool:
     """True when the member's group has been cancelled (and is still this one)."""
     keys = GroupKeys(ctx.config.prefix, ref.group_id)
-    token, state = await ctx.redis.hmget(keys.meta, ["token", "state"])
-    return text(token) == ref.token and text(state) == GroupState.CANCELLED.value
+    meta = await read_fields(ctx.redis, keys.meta, GroupMeta, "token", "state")
+    return meta.token == ref.token and meta.state is GroupState.CANCELLED

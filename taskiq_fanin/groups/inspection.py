@@ -4,56 +4,44 @@ from datetime import datetime, timezone
 
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.model.config import positive
-from taskiq_fanin.model.results import (
-    FailurePolicy,
-    GroupState,
-    GroupStatus,
-    SweepPolicy,
-    from_millis,
-)
+from taskiq_fanin.model.results import GroupState, GroupStatus, from_millis
 from taskiq_fanin.store.keys import (
     GroupKeys,
     index_key,
     validate_group_id,
 )
+from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.scripts import text
 
 #: The most groups one listing reads.
 DEFAULT_LIST_LIMIT = 1000
 #: What a listing leaves out: groups over, or gone.
 FINISHED = frozenset({GroupState.COMPLETED, GroupState.CANCELLED, GroupState.MISSING})
-#: The meta field that holds when a group in each end state reached it.
-_FINISHED_AT = {
-    GroupState.COMPLETED: "completed_at",
-    GroupState.CANCELLED: "cancelled_at",
-}
 
 
 def status_from_meta(
-    group_id: str, meta: dict[str, str], *, read_at: datetime | None = None
+    group_id: str, meta: GroupMeta, *, read_at: datetime | None = None
 ) -> GroupStatus:
-    """A ``GroupStatus`` from a group's meta hash (empty: the group is missing).
+    """A ``GroupStatus`` from a group's meta (state ``missing``: the group is).
 
     ``read_at``: Redis's clock when the meta was read.
     """
-    if not meta:
+    if meta.state is GroupState.MISSING:
         return GroupStatus(group_id=group_id, state=GroupState.MISSING, read_at=read_at)
-    state = GroupState(meta["state"])
-    finished_at = meta.get(_FINISHED_AT.get(state, ""))
     return GroupStatus(
         group_id=group_id,
-        state=state,
-        total=int(meta["total"]),
-        done=int(meta["done_count"]),
-        failed=int(meta["failed_count"]),
-        lost=int(meta.get("lost_count", 0)),
-        failure_policy=FailurePolicy(meta["policy"]),
-        sweep_policy=SweepPolicy(meta["sweep"]),
-        created=from_millis(int(meta["created"])),
-        deadline=from_millis(int(meta["deadline"])),
-        finished=from_millis(int(finished_at)) if finished_at else None,
-        planned=meta.get("planned") == "1",
-        redrives=int(meta.get("redrives", 0)),
+        state=meta.state,
+        total=meta.total,
+        done=meta.done,
+        failed=meta.failed,
+        lost=meta.lost,
+        failure_policy=meta.failure_policy,
+        sweep_policy=meta.sweep_policy,
+        created=from_millis(meta.created_at),
+        deadline=from_millis(meta.due_at),
+        finished=from_millis(meta.finished_at),
+        planned=meta.planned,
+        redrives=meta.redrives,
         read_at=read_at,
     )
 
@@ -65,7 +53,7 @@ async def status(ctx: FanInContext, group_id: str) -> GroupStatus:
     """
     validate_group_id(group_id, derived=True)
     raw = await ctx.redis.hgetall(GroupKeys(ctx.config.prefix, group_id).meta)
-    meta = {text(k): text(v) for k, v in raw.items()}
+    meta = GroupMeta.from_hash(raw)
     read_at = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     return status_from_meta(group_id, meta, read_at=read_at)
 
@@ -92,9 +80,7 @@ async def list_groups(
     if now is None:
         now = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     statuses = [
-        status_from_meta(
-            group_id, {text(k): text(v) for k, v in meta.items()}, read_at=now
-        )
+        status_from_meta(group_id, GroupMeta.from_hash(meta), read_at=now)
         for group_id, meta in zip(group_ids, metas, strict=True)
     ]
     return [

@@ -6,9 +6,8 @@ the members without an outcome are kicked again (kicking one twice is safe).
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
 
 from redis.asyncio import RedisCluster
 
@@ -21,37 +20,12 @@ from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import IdInUseError, shown
 from taskiq_fanin.model.ids import redriven_member_id
 from taskiq_fanin.model.labels import CANCELLABLE_LABEL, DEPTH_LABEL, MemberRef
-from taskiq_fanin.model.options import GroupOptions
 from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, member_from_ledger
 from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.records import meta_options
 from taskiq_fanin.store.replies import Created
-
-
-def _ledger_entry(value: Signature | None) -> str:
-    return value.to_ledger() if value is not None else ""
-
-
-#: Where each option of a group is kept in its meta, and how it is written. Every
-#: option has an entry (a test checks): none can be dropped on the way.
-META_FIELDS: dict[str, tuple[str, Callable[[Any], str | int]]] = {
-    "then": ("then", _ledger_entry),
-    "on_error": ("on_error", _ledger_entry),
-    "failure_policy": ("policy", lambda policy: policy.value),
-    "sweep_policy": ("sweep", lambda policy: policy.value),
-    "ttl": ("ttl", ms),
-    "deadline": ("span", ms),
-    "cancellable": ("cancellable", int),
-}
-
-
-def meta_options(options: GroupOptions) -> dict[str, str | int]:
-    """A group's resolved options as its meta keeps them."""
-    return {
-        field: write(getattr(options, name))
-        for name, (field, write) in META_FIELDS.items()
-    }
 
 
 @dataclass(frozen=True)
@@ -81,7 +55,7 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
         return ctx.scripts.create_group(
             keys,
             token=plan.token,
-            options={**meta_options(plan.options), "depth": plan.depth},
+            options=meta_options(plan.options, depth=plan.depth),
             members=plan.ledger,
             planner_lease_ms=ms(ctx.config.lease),
             claimant=claimant,

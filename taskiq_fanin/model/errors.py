@@ -47,6 +47,16 @@ class InvalidGroupIdError(InvalidGroupError):
     group_id: str
 
 
+class InvalidChainError(InvalidGroupError):
+    """A chain definition that cannot be started as given.
+
+    A kind of ``InvalidGroupError`` (chains and groups nest in each other), so
+    that code catching that still catches it.
+    """
+
+    __template__ = "Invalid chain: {reason}"
+
+
 class InvalidChainIdError(InvalidGroupError):
     """A chain id that would break the Redis hash tag or key layout."""
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher, ScriptBatcher
+from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import (
     Advanced,
     Begin,
@@ -44,15 +45,16 @@ class ChainScripts:
         steps: int,
         ttl_ms: int,
         pending: str,
-        span_ms: int,
+        deadline_ms: int,
         member: str = "",
     ) -> Started:
         """Create the record, unless the chain exists or a group holds the id.
 
         ``ID_IN_USE``: a group holds it, nothing was written.
+        ``deadline_ms``: how long a step may take (kept as ``ChainRecord.deadline_ms``);
         ``member``: the label of the group member the chain is, if it is one.
         """
-        args: Args = [token, steps, names, ttl_ms, pending, span_ms, member]
+        args: Args = [token, steps, names, ttl_ms, pending, deadline_ms, member]
         group_meta = GroupKeys(keys.prefix, keys.chain_id).meta
         reply = await self._scripts["start"](keys=[*keys.all, group_meta], args=args)
         return Started(int(reply))
@@ -106,13 +108,23 @@ class ChainScripts:
         error: str,
         delivery: str,
         compensation: str = "",
+        given_up: bool = False,
     ) -> tuple[Failed, list[str]]:
         """Record the chain failing at ``step``: ``DONE`` with its compensations.
 
         ``compensation``: the step's own, when its body did its work and only its
-        result could not be used (it is undone with the others).
+        result could not be used (it is undone with the others). ``given_up``:
+        the sweep gives the chain up at ``step``; a copy of it still running
+        undoes itself when it ends (``CANCELLED`` is its reply then).
         """
-        args: Args = [token, step, error, delivery, compensation]
+        args: Args = [
+            token,
+            step,
+            error,
+            delivery,
+            compensation,
+            "1" if given_up else "",
+        ]
         reply = await self._call("fail", keys, args)
         return Failed(reply[0]), [text(c) for c in reply[1:]]
 
@@ -156,12 +168,12 @@ class ChainScripts:
         """Give up a step attempt's run lease so that its retry may run."""
         return bool(await self._call("release_step", keys, [token, step, attempt]))
 
-    async def inspect(self, keys: ChainKeys) -> tuple[dict[str, str], int] | None:
+    async def inspect(self, keys: ChainKeys) -> tuple[ChainRecord, int] | None:
         """The record and Redis's now (epoch ms); ``None`` if the chain is gone."""
         reply = await self._call("inspect", keys, [])
         if not reply:
             return None
-        return flat_hash(reply[0]), int(reply[1])
+        return ChainRecord.from_hash(flat_hash(reply[0])), int(reply[1])
 
     async def redrive(
         self, keys: ChainKeys, *, token: str, max_redrives: int, ttl_ms: int
@@ -170,10 +182,10 @@ class ChainScripts:
         reply = await self._call("redrive", keys, [token, max_redrives, ttl_ms])
         return int(reply[1]), (text(reply[2]) if reply[0] == 1 else None)
 
-    async def read(self, keys: ChainKeys) -> dict[str, str]:
-        """The whole record ({} when the chain is missing)."""
+    async def read(self, keys: ChainKeys) -> ChainRecord:
+        """The whole record (state ``missing`` when the chain is missing)."""
         raw = await self._pipeline(lambda pipe: pipe.hgetall(keys.record))
-        return {text(k): text(v) for k, v in raw.items()}
+        return ChainRecord.from_hash(raw)
 
     async def compensations(self, keys: ChainKeys) -> list[str]:
         """The compensations of the completed steps, in step order."""

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.scripts import text
 
 
@@ -68,6 +69,7 @@ class Advanced(enum.IntEnum):
     GONE = 0
     ADVANCED = 1
     DUPLICATE = 2
+    #: Cancelled while the step ran, or given up by the sweep at this step.
     CANCELLED = 3
 
 
@@ -77,7 +79,7 @@ class Finished(enum.IntEnum):
     #: Not at that step (a duplicate), not this token's, or over.
     NOT_NOW = 0
     DONE = 1
-    #: Cancelled while the step ran.
+    #: Cancelled while the step ran, or given up by the sweep at this step.
     CANCELLED = 3
     #: The record has expired: nothing else will record the member.
     MISSING = 4
@@ -89,6 +91,7 @@ class Failed(enum.IntEnum):
     NOT_NOW = 0
     #: Failing now: its compensations are handed back.
     FAILING = 1
+    #: Cancelled while the step ran, or given up by the sweep at this step.
     CANCELLED = 3
     MISSING = 4
 
@@ -113,7 +116,7 @@ class Cancelled:
 class Inspected:
     """What ``inspectGroup`` read: the group as the sweep judges it."""
 
-    meta: dict[str, str]
+    meta: GroupMeta
     lease_held: bool
     missing: list[int]
     #: Redis's clock when it was read (epoch ms): the meta's times are on it.
@@ -171,7 +174,7 @@ def inspected(reply: list[Any]) -> Inspected | None:
         return None
     meta, lease_held, missing, now = reply
     return Inspected(
-        meta=flat_hash(meta),
+        meta=GroupMeta.from_hash(flat_hash(meta)),
         lease_held=bool(lease_held),
         missing=[int(index) for index in missing],
         now_ms=int(now),

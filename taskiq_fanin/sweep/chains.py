@@ -8,8 +8,6 @@ is judged from its own record, by the step span recorded with it and on Redis's
 clock.
 """
 
-import json
-
 from taskiq_fanin.chains import index, launch, record, saga
 from taskiq_fanin.chains.cursor import PendingStep
 from taskiq_fanin.chains.membership import settle_member
@@ -17,6 +15,7 @@ from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import ChainGivenUpError
 from taskiq_fanin.model.results import ChainState, SweepPolicy
+from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.sweep import known
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
 
@@ -34,22 +33,27 @@ async def judge_chain(
     """
     keys = record.keys_of(ctx, chain_id)
     found = await ctx.chain_scripts.inspect(keys)
-    state = ChainState(found[0]["state"]) if found else ChainState.MISSING
+    state = found[0].state if found else ChainState.MISSING
     if found is None or state not in (ChainState.RUNNING, ChainState.FAILING):
         if not dry_run:  # over, or expired: nothing left to watch
             if found is not None:
                 await _settle(ctx, chain_id, found[0])
             await index.remove(ctx, chain_id)
         return None
-    fields, now = found
-    span = int(fields["span"]) if state is ChainState.RUNNING else ms(ctx.config.lease)
-    due_at = int(fields["updated"]) + span
+    chain, now = found
+    span = (
+        _deadline_ms(ctx, chain)
+        if state is ChainState.RUNNING
+        else ms(ctx.config.lease)
+    )
+    updated_at = chain.updated_at or 0
+    due_at = updated_at + span
     if due_at > now:
         if not dry_run:
             await index.reschedule(ctx, chain_id, due_at - now)
         return None
-    step = int(fields["step"])  # from 0, as the record keeps it
-    names = json.loads(fields["names"])
+    step = chain.step  # from 0, as the record keeps it
+    names = chain.step_names
     name = names[step] if step < len(names) else "end"
     finding = Finding(
         group_id=chain_id,
@@ -57,25 +61,25 @@ async def judge_chain(
         action=_ACTIONS.get(policy, SweepAction.REPORT),
         applied=False,
         state=state.value,
-        total=int(fields["steps"]),
+        total=chain.steps,
         done=step,
         overdue_seconds=(now - due_at) / 1000,
-        age_seconds=(now - int(fields["started"])) / 1000,
-        redrives=int(fields.get("redrives", 0)),
-        note=f"at step {step + 1} of {fields['steps']} ({name})",
+        age_seconds=(now - (chain.started_at or now)) / 1000,
+        redrives=chain.redrives,
+        note=f"at step {step + 1} of {chain.steps} ({name})",
     )
     if state is ChainState.FAILING:
         finding.kind, finding.action = FindingKind.CHAIN_FAILING, SweepAction.FINISH
-    elif known.tasks_checked(ctx) and fields.get("pending"):
-        kick = PendingStep.model_validate_json(fields["pending"])
+    elif known.tasks_checked(ctx) and chain.pending:
+        kick = PendingStep.model_validate_json(chain.pending)
         finding.unknown_tasks = known.unknown_in_step(ctx, kick.step)
         if finding.unknown_tasks:
             left = "not re-driven: " if finding.action is SweepAction.REDRIVE else ""
             finding.note += f"; {left}{known.unknown_note(finding.unknown_tasks)}"
     if dry_run:
         return finding
-    stuck_ms = now - int(fields["updated"])
-    await _act(ctx, chain_id, finding, fields, step_name=name, stuck_ms=stuck_ms)
+    stuck_ms = now - updated_at
+    await _act(ctx, chain_id, finding, chain, step_name=name, stuck_ms=stuck_ms)
     return finding
 
 
@@ -86,43 +90,50 @@ _ACTIONS = {
 }
 
 
-async def _settle(ctx: FanInContext, chain_id: str, fields: dict[str, str]) -> None:
+def _deadline_ms(ctx: FanInContext, chain: ChainRecord) -> int:
+    """How long the chain's step may take: as started (the config's, if unsaid)."""
+    if chain.deadline_ms is None:
+        return ms(ctx.config.deadline)
+    return chain.deadline_ms
+
+
+async def _settle(ctx: FanInContext, chain_id: str, chain: ChainRecord) -> None:
     """Before a chain over leaves the index: what its end may have left undone.
 
     The worker (or caller) that ended it may have died before recording the
     group member it is, or before carrying out all of a cancel; doing it again
     does it once.
     """
-    if fields.get("state") == ChainState.CANCELLED.value:
+    if chain.state is ChainState.CANCELLED:
         await saga.finish_cancelled(ctx, chain_id)
     else:
-        await settle_member(ctx, fields, delivery=new_delivery())
+        await settle_member(ctx, chain, delivery=new_delivery())
 
 
 async def _act(
     ctx: FanInContext,
     chain_id: str,
     finding: Finding,
-    fields: dict[str, str],
+    chain: ChainRecord,
     *,
     step_name: str,
     stuck_ms: int,
 ) -> None:
     look_again = 0  # seen in turn with the others at the next sweep
     if finding.action is SweepAction.FINISH:
-        await saga.finish_failing(ctx, chain_id, fields.get("pending", ""))
+        await saga.finish_failing(ctx, chain_id, chain.pending)
         finding.applied = True
         return
     if finding.action is SweepAction.GIVE_UP:
         error = _given_up(finding, step_name, stuck_ms)
-        if await saga.give_up(ctx, fields["pending"], error):
+        if await saga.give_up(ctx, chain.pending, error):
             finding.applied = True
             return
         finding.note += "; not given up: it moved on meanwhile"
     elif finding.action is SweepAction.REDRIVE and not finding.unknown_tasks:
         redrives, pending = await ctx.chain_scripts.redrive(
             record.keys_of(ctx, chain_id),
-            token=fields["token"],
+            token=chain.token,
             max_redrives=ctx.config.max_redrives,
             ttl_ms=ms(ctx.config.ttl),
         )
@@ -130,7 +141,7 @@ async def _act(
         if pending:
             await launch.repeat(ctx, pending)
             finding.applied = True
-            look_again = int(fields["span"])
+            look_again = _deadline_ms(ctx, chain)
         else:
             finding.note += f"; not re-driven ({redrives} re-drives used)"
     elif finding.action is SweepAction.REPORT:

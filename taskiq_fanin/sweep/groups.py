@@ -17,6 +17,7 @@ from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.results import GroupState, SweepPolicy
 from taskiq_fanin.model.spec import member_from_ledger
 from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.replies import Inspected
 from taskiq_fanin.sweep import known
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
@@ -36,7 +37,7 @@ async def judge(
 ) -> Finding | None:
     """Judge one indexed group and, unless ``dry_run``, act; ``None``: on time."""
     inspected = await ctx.scripts.inspect_group(GroupKeys(ctx.config.prefix, group_id))
-    state = GroupState(inspected.meta["state"]) if inspected else GroupState.MISSING
+    state = inspected.meta.state if inspected else GroupState.MISSING
     if inspected is None or state in (GroupState.COMPLETED, GroupState.CANCELLED):
         if not dry_run:
             await index.remove(ctx, group_id)
@@ -50,7 +51,7 @@ async def judge(
     meta, now = inspected.meta, inspected.now_ms
     due_at = _due_at(meta, state)
     leased = (state is GroupState.CLAIMED and inspected.lease_held) or (
-        state is GroupState.RUNNING and int(meta.get("run_until", 0)) > now
+        state is GroupState.RUNNING and meta.run_until > now
     )
     if due_at > now or leased:
         # Not stuck after all (the index is only a hint): look again later.
@@ -66,13 +67,11 @@ async def judge(
         )
     elif state in (GroupState.DISPATCHED, GroupState.RUNNING):
         finding.kind = FindingKind.CONTINUATION_OVERDUE
-        redrive = (override or SweepPolicy(meta["sweep"])) is SweepPolicy.REDRIVE
+        redrive = (override or _policy(meta)) is SweepPolicy.REDRIVE
         finding.action = SweepAction.REDISPATCH if redrive else SweepAction.REPORT
     else:
-        finding.kind = (
-            FindingKind.STUCK if meta.get("planned") == "1" else FindingKind.UNPLANNED
-        )
-        finding.action = SweepAction((override or SweepPolicy(meta["sweep"])).value)
+        finding.kind = FindingKind.STUCK if meta.planned else FindingKind.UNPLANNED
+        finding.action = SweepAction((override or _policy(meta)).value)
     unknown: set[int] = set()
     if finding.action in (SweepAction.REDRIVE, SweepAction.REPORT):
         unknown = await _unknown_members(ctx, finding)
@@ -106,13 +105,18 @@ async def _unknown_members(ctx: FanInContext, finding: Finding) -> set[int]:
     return set(unknown)
 
 
-def _due_at(meta: dict[str, str], state: GroupState) -> int:
+def _policy(meta: GroupMeta) -> SweepPolicy:
+    """The group's sweep policy (``report`` should its meta not say)."""
+    return meta.sweep_policy or SweepPolicy.REPORT
+
+
+def _due_at(meta: GroupMeta, state: GroupState) -> int:
     """When a group in this state stops being on time (epoch ms)."""
     if state in (GroupState.DISPATCHED, GroupState.RUNNING):
-        return int(meta.get("dispatched_at", 0)) + int(meta["span"])
+        return (meta.dispatched_at or 0) + meta.deadline_ms
     if state is GroupState.CLAIMED:
-        return int(meta.get("claimed_at", 0))
-    return int(meta["deadline"])
+        return meta.claimed_at or 0
+    return meta.due_at or 0
 
 
 def _finding(
@@ -125,22 +129,22 @@ def _finding(
         action=SweepAction.REPORT,
         applied=False,
         state=state.value,
-        total=int(meta["total"]),
-        done=int(meta["done_count"]),
-        failed=int(meta["failed_count"]),
+        total=meta.total,
+        done=meta.done,
+        failed=meta.failed,
         missing=inspected.missing,
-        age_seconds=(now - int(meta["created"])) / 1000,
+        age_seconds=(now - (meta.created_at or now)) / 1000,
         overdue_seconds=max(now - due_at, 0) / 1000,
-        redrives=int(meta.get("redrives", 0)),
+        redrives=meta.redrives,
     )
 
 
 async def _act(
-    ctx: FanInContext, finding: Finding, meta: dict[str, str], unknown: set[int]
+    ctx: FanInContext, finding: Finding, meta: GroupMeta, unknown: set[int]
 ) -> None:
     """Do the finding's action; ``unknown``: missing members not to re-drive."""
     keys = GroupKeys(ctx.config.prefix, finding.group_id)
-    token, action = meta["token"], finding.action
+    token, action = meta.token, finding.action
     # A group left as it was goes to the back of the due queue: every stuck group
     # is seen in turn, however many there are.
     look_again = 0
@@ -178,11 +182,11 @@ async def _act(
 
 
 async def _redrive(
-    ctx: FanInContext, finding: Finding, meta: dict[str, str], unknown: set[int]
+    ctx: FanInContext, finding: Finding, meta: GroupMeta, unknown: set[int]
 ) -> int:
     """Kick the missing members again but ``unknown``; when to look again (ms)."""
     keys = GroupKeys(ctx.config.prefix, finding.group_id)
-    token = meta["token"]
+    token = meta.token
     redriven = await ctx.scripts.redrive_group(
         keys, token=token, max_redrives=ctx.config.max_redrives
     )
@@ -201,13 +205,13 @@ async def _redrive(
         finding.group_id,
         token,
         members,
-        depth=int(meta.get("depth", 1)),
-        cancellable=meta.get("cancellable") == "1",
+        depth=meta.depth,
+        cancellable=meta.cancellable,
         attempt=redriven.redrives,
     )
     metrics.MEMBERS_REDRIVEN.inc(len(members))
     finding.applied = True
-    return int(meta["span"])  # its new deadline
+    return meta.deadline_ms  # its new deadline
 
 
 def log_finding(finding: Finding) -> None:

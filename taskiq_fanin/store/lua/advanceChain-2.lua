@@ -17,13 +17,15 @@
   Returns 1 when advanced (kick the next step), or advanced by this very
   delivery before (its reply was lost: kick it again); 2 when the step was
   already advanced past by another (a duplicate); 3 when the chain is
-  cancelled; 0 when the chain is missing, not this token's, or over.
+  cancelled, or was given up at this very step by the sweep (the step undoes
+  itself: its compensation is kept in 'step_undo'); 0 when the chain is missing, not this token's, or over.
 ]]
-local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by')
+local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by',
+  'given_up_step')
 if record[1] ~= ARGV[1] then
   return 0
 end
-if record[2] == 'cancelled' then
+if record[2] == 'cancelled' or given_up_at(record[2], record[5], ARGV[2]) then
   -- The step ran while the chain was cancelled: its compensation is kept for
   -- whoever carries the cancel out again (a crash may stop this worker's).
   if ARGV[3] ~= '' and tonumber(record[3]) == tonumber(ARGV[2]) then

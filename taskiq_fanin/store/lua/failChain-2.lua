@@ -14,21 +14,27 @@
   ARGV[5] compensation  the step's own compensating signature (JSON), when its
                         body did its work and only its result could not be used;
                         else ''
+  ARGV[6] given_up      '1' when the sweep gives the chain up at this step (its
+                        step may still be running: should it end, it undoes
+                        itself), else ''
 
   Returns {1, compensation, ...} (in step order) when the chain is failing now,
   or was made so by this very delivery (its reply was lost); {3} when it was
-  cancelled while the step ran (its compensation, if any, is kept for the
-  cancel to hand back); {4} when the record is missing (expired); {0} when it
+  cancelled while the step ran, or given up at this very step by the sweep
+  (its compensation, if any, is kept: for the cancel to hand back, or in
+  'step_undo' for the record); {4} when the record is missing (expired); {0} when it
   was not at that step (a duplicate), not this token's, or over.
 ]]
-local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by')
+local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by',
+  'given_up_step')
 if not record[1] then
   return {4}
 end
 if record[1] ~= ARGV[1] then
   return {0}
 end
-if record[2] == 'cancelled' then
+local late = given_up_at(record[2], record[5], ARGV[2]) and record[4] ~= ARGV[4]
+if record[2] == 'cancelled' or late then
   if ARGV[5] ~= '' and tonumber(record[3]) == tonumber(ARGV[2]) then
     redis.call('HSET', KEYS[1], 'step_undo', ARGV[5])
   end
@@ -42,6 +48,9 @@ end
 if not again then
   move(KEYS[1], 'chain', 'running', 'failing', 'failed_step', ARGV[2],
     'error', ARGV[3], 'updated', now_ms(), 'moved_by', ARGV[4])
+  if ARGV[6] == '1' then
+    redis.call('HSET', KEYS[1], 'given_up_step', ARGV[2])
+  end
   if ARGV[5] ~= '' then
     redis.call('RPUSH', KEYS[2], ARGV[5])
   end

@@ -18,19 +18,21 @@
                    did its work, or ''
 
   Returns 1 when the chain is done now, or was made so by this very delivery
-  (its reply was lost); 3 when it was cancelled while the step ran (the step's
-  compensation, if any, is kept for the cancel to hand back); 4 when the record
+  (its reply was lost); 3 when it was cancelled while the step ran, or given up at
+  this very step by the sweep (the step's compensation, if any, is kept: for
+  the cancel to hand back, or in 'step_undo' for the record); 4 when the record
   is missing (expired); 0 when it was not at that step (a duplicate), not this
   token's, or over.
 ]]
-local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by')
+local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'moved_by',
+  'given_up_step')
 if not record[1] then
   return 4
 end
 if record[1] ~= ARGV[1] then
   return 0
 end
-if record[2] == 'cancelled' then
+if record[2] == 'cancelled' or given_up_at(record[2], record[5], ARGV[2]) then
   if ARGV[7] ~= '' and tonumber(record[3]) == tonumber(ARGV[2]) then
     redis.call('HSET', KEYS[1], 'step_undo', ARGV[7])
   end

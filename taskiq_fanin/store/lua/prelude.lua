@@ -24,3 +24,11 @@ local function move(key, record, from, to, ...)
   end
   redis.call('HSET', key, 'state', to, ...)
 end
+
+-- Whether the sweep gave the chain up at this very step (the step may have
+-- been running then): a copy of that step that ends later undoes itself, as a
+-- step that ends after a cancel does.
+local function given_up_at(state, given_up_step, step)
+  return (state == 'failing' or state == 'failed') and given_up_step
+    and tonumber(given_up_step) == tonumber(step)
+end

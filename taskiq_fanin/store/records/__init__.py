@@ -1,0 +1,59 @@
+"""The stored records, typed: a group's meta and a chain's workflow record.
+
+One class per Redis hash, as arq keeps a job's hash in one ``JobDef``: this
+package (and the Lua scripts) alone know the hash's field names; everything else
+reads the record's attributes, named as the options they hold (the stored
+``span`` is ``deadline_ms``, ``sweep`` is ``sweep_policy``). ``tests/test_records.py``
+keeps it so (it walks every other module for a field name used as a key).
+
+Times are epoch ms on Redis's clock (``*_at``, ``run_until``); durations are ms
+(``*_ms``). A field a record lacks (one written before the field was kept, or a
+hash that is gone) reads as its default: a missing hash reads as state
+``missing``. Ledger entries and errors are kept as stored and parsed when asked
+for, so that the sweep's judgement of a record parses no JSON it does not use.
+"""
+
+from typing import Any, TypeVar
+
+from taskiq_fanin.store.records.chain_record import ChainRecord
+from taskiq_fanin.store.records.fields import FAILURE_PREFIX, as_text
+from taskiq_fanin.store.records.group_meta import META_FIELDS, GroupMeta, meta_options
+from taskiq_fanin.store.scripts import RedisClient
+
+__all__ = [
+    "FAILURE_PREFIX",
+    "META_FIELDS",
+    "STORED_FIELDS",
+    "ChainRecord",
+    "GroupMeta",
+    "as_text",
+    "meta_options",
+    "read_fields",
+]
+
+Record = TypeVar("Record", GroupMeta, ChainRecord)
+
+
+async def read_fields(
+    client: RedisClient, key: str, record: type[Record], *names: str
+) -> Record:
+    """Only these fields of a record (by attribute name): one ``HGET`` or ``HMGET``."""
+    stored = [record.STORED[name] for name in names]
+    if len(stored) == 1:
+        values: list[Any] = [await client.hget(key, stored[0])]
+    else:
+        values = await client.hmget(key, stored)
+    found = {
+        name: value
+        for name, value in zip(stored, values, strict=True)
+        if value is not None
+    }
+    return record.from_hash(found)
+
+
+#: Every field name a group's meta or a chain's record is stored under (and the
+#: prefix of a chain's ``failure:<step>``): what no module outside this package may
+#: use as a key (``tests/test_records.py``).
+STORED_FIELDS = frozenset(
+    {*GroupMeta.STORED.values(), *ChainRecord.STORED.values(), FAILURE_PREFIX}
+)
