@@ -68,6 +68,32 @@ class StartChain(Protocol):
         """
 
 
+class CheckChain(Protocol):
+    """Checks a chain that is a member of a group (the chain engine does).
+
+    The group engine validates its members before anything is written; one that
+    is a chain is checked through this, plugged in by the middleware, as it is
+    started through :class:`StartChain`.
+    """
+
+    def __call__(
+        self,
+        ctx: "FanInContext",
+        spec: ChainSpec,
+        *,
+        depth: int,
+        after_previous: bool = False,
+        checked: bool = False,
+        within: str = "",
+    ) -> None:
+        """Raise the typed error of the first thing wrong with the chain.
+
+        ``after_previous``: its first step receives a previous step's result.
+        ``checked``: a plan checked already (arguments not bound again).
+        ``within``: where the chain sits, for the errors (`` in member 3``).
+        """
+
+
 @dataclass(frozen=True)
 class FanInContext:
     """Config, Redis client, typed scripts and the kicker of one started broker."""
@@ -77,6 +103,7 @@ class FanInContext:
     scripts: GroupScripts
     chain_scripts: ChainScripts
     start_chain: StartChain
+    check_chain: CheckChain
     #: The user's broker; ``None`` for a middleware on its own (the CLI's), which
     #: reads and sweeps but kicks nothing.
     on_broker: AsyncBroker | None
@@ -91,6 +118,7 @@ class FanInContext:
         redis: RedisClient,
         *,
         start_chain: StartChain,
+        check_chain: CheckChain,
         batching: OutcomeBatching | None = None,
     ) -> "FanInContext":
         """Register the scripts on ``redis`` and wire one pipeline through them."""
@@ -98,11 +126,10 @@ class FanInContext:
         return cls(
             config=config,
             redis=redis,
-            scripts=GroupScripts(
-                redis, pipeline, prefix=config.prefix, batching=batching
-            ),
+            scripts=GroupScripts(redis, pipeline, batching=batching),
             chain_scripts=ChainScripts(redis, pipeline),
             start_chain=start_chain,
+            check_chain=check_chain,
             on_broker=broker,
             pipelined=kicking_broker(broker) if broker is not None else None,
         )
@@ -124,7 +151,7 @@ class FanInContext:
 
     @property
     def outcomes(self) -> OutcomeBatcher:
-        """Records member outcomes; told which members run in this worker."""
+        """Batches member outcomes; the worker tells it which members run here."""
         return self.scripts.outcomes
 
     async def redis_now(self) -> float:

@@ -11,13 +11,14 @@ from fakeredis.aioredis import FakeRedis
 from taskiq import Context, InMemoryBroker, TaskiqDepends
 
 from taskiq_fanin import FanInError, FanInMiddleware, Signature, chain, group
+from taskiq_fanin.chains.validation import validate_chain
 from taskiq_fanin.errors import (
     ArgumentsMismatchError,
     InvalidChainError,
     InvalidGroupError,
     NotATaskError,
 )
-from taskiq_fanin.groups.validation import validate_chain, validate_group
+from taskiq_fanin.groups.validation import validate_group
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
 from taskiq_fanin.worker.skipping import _guarded
 

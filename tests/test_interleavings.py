@@ -94,7 +94,7 @@ class GroupLife(Scripted):
     @initialize(total=st.integers(0, 4))
     def plan(self, total: int) -> None:
         pipeline = PipelineBatcher(self.client)
-        self.scripts = GroupScripts(self.client, pipeline, prefix=self.prefix)
+        self.scripts = GroupScripts(self.client, pipeline)
         self.keys = GroupKeys(self.prefix, "g")
         self.total = total
         options = {"then": '{"t":"then"}', "on_error": "", "policy": "continue",

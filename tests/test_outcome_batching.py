@@ -17,7 +17,11 @@ from taskiq_fanin.model.labels import MEMBER_LABEL
 from taskiq_fanin.models import OutcomeBatching
 from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeStats
+from taskiq_fanin.store.outcome_batching import (
+    OutcomeBatcher,
+    OutcomeStats,
+    group_call_key,
+)
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.replies import Recorded
 from tests.test_scripts import TOKEN, create
@@ -38,7 +42,7 @@ def keys(key_prefix: str) -> GroupKeys:
 async def batcher(fake_redis: Redis, keys: GroupKeys) -> OutcomeBatcher:
     """A batcher on a group of 20 with one call behind it: the group is busy."""
     pipeline = PipelineBatcher(fake_redis)
-    scripts = GroupScripts(fake_redis, pipeline, prefix=keys.prefix, batching=TUNING)
+    scripts = GroupScripts(fake_redis, pipeline, batching=TUNING)
     await create(scripts, keys, total=20)
     # 19 members left, a moment ago: the next calls are worth holding.
     assert await record(scripts.outcomes, keys, 0) is Recorded.RECORDED
@@ -63,20 +67,22 @@ async def record(batcher: OutcomeBatcher, keys: GroupKeys, index: int) -> Record
     return Recorded(code)
 
 
-def started(
-    batcher: OutcomeBatcher, keys: GroupKeys, *indexes: int
-) -> list[TaskiqMessage]:
-    """Members start running here; their messages, to end them."""
-    messages = [member(keys, index) for index in indexes]
-    for message in messages:
-        batcher.member_started(message)
-    return messages
+def started(batcher: OutcomeBatcher, keys: GroupKeys, *indexes: int) -> list[int]:
+    """Members start running here (as the worker says); their indexes, to end them."""
+    for index in indexes:
+        batcher.member_running(group_call_key(keys.recording, TOKEN), index)
+    return list(indexes)
+
+
+def gone(batcher: OutcomeBatcher, keys: GroupKeys, index: int) -> None:
+    """Member ``index`` is done here (as the worker says), recorded or not."""
+    batcher.member_gone(group_call_key(keys.recording, TOKEN), index)
 
 
 def ran_at_once(batcher: OutcomeBatcher, keys: GroupKeys, count: int) -> None:
     """As if the worker had once run ``count`` members at a time: it has the slots."""
-    for message in started(batcher, keys, *range(100, 100 + count)):
-        batcher.member_ended(message)
+    for index in started(batcher, keys, *range(100, 100 + count)):
+        gone(batcher, keys, index)
 
 
 def sent_since(batcher: OutcomeBatcher, before: OutcomeStats) -> tuple[int, int]:
@@ -106,10 +112,10 @@ async def test_the_only_member_running_here_never_waits(
 
 async def one_waiting_for_two(
     batcher: OutcomeBatcher, keys: GroupKeys
-) -> tuple["asyncio.Task[Recorded]", TaskiqMessage]:
+) -> tuple["asyncio.Task[Recorded]", int]:
     """Member 1 recording while member 2 still runs here: its call waits.
 
-    Returns the recording, and member 2's message.
+    Returns the recording, and member 2's index.
     """
     _, second = started(batcher, keys, 1, 2)
     first = asyncio.create_task(record(batcher, keys, 1))
@@ -135,7 +141,7 @@ async def test_a_member_that_ends_unrecorded_is_not_waited_for(
     before = snapshot(batcher)
     first, second = await one_waiting_for_two(batcher, keys)
     # Member 2 was skipped, or failed and will be retried: nothing to record.
-    batcher.member_ended(second)
+    gone(batcher, keys, second)
     assert await asyncio.wait_for(first, DEADLINE) is Recorded.RECORDED
     assert sent_since(batcher, before) == (1, 1)
 
@@ -252,8 +258,8 @@ async def test_as_many_members_here_as_ever_ran_at_once_go_without_settling(
     recorded = await asyncio.wait_for(asyncio.gather(first, *later), DEADLINE)
     assert recorded == [Recorded.RECORDED] * 3
     assert sent_since(batcher, before) == (1, 3)
-    for message in running:
-        batcher.member_ended(message)
+    for index in running:
+        gone(batcher, keys, index)
     assert await asyncio.wait_for(record(batcher, keys, 4), DEADLINE) is (
         Recorded.RECORDED
     )

@@ -218,7 +218,7 @@ async def test_a_meta_written_by_today_s_create_group_reads(
     redis_client: Redis, key_prefix: str
 ) -> None:
     keys = GroupKeys(key_prefix, "g")
-    scripts = GroupScripts(redis_client, PipelineBatcher(redis_client), prefix="p")
+    scripts = GroupScripts(redis_client, PipelineBatcher(redis_client))
     then = Signature(task_name="tasks:collect")
     options = GroupOptions(
         then=then,

@@ -172,7 +172,7 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     client: Redis, key_prefix: str
 ) -> None:
     pipeline = SpyingPipeline(client)
-    groups = GroupScripts(client, pipeline, prefix=key_prefix)
+    groups = GroupScripts(client, pipeline)
     chains = ChainScripts(client, pipeline)
     group, chain = GroupKeys(key_prefix, "g"), ChainKeys(key_prefix, "c")
     token, index = "tok", f"{key_prefix}:index"

@@ -33,7 +33,7 @@ def keys(key_prefix: str) -> GroupKeys:
 
 def scripts_on(client: Redis, pipeline: PipelineBatcher | None = None) -> GroupScripts:
     """The group scripts on ``client``, with a pipeline of their own."""
-    return GroupScripts(client, pipeline or PipelineBatcher(client), prefix="t")
+    return GroupScripts(client, pipeline or PipelineBatcher(client))
 
 
 #: A group's options as planning writes them into its meta.

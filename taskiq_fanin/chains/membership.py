@@ -6,18 +6,14 @@ made it or, should that worker die first, by a copy of the step delivered again
 or by the sweep (:func:`settle_member`). A member recorded twice counts once.
 """
 
+from dataclasses import dataclass
 from typing import Any
 
 from taskiq import TaskiqResult
 
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups.recording import (
-    error_payload,
-    outcome_of,
-    record_member,
-    record_outcome,
-)
+from taskiq_fanin.groups import recording
 from taskiq_fanin.model.errors import ChainCancelledError
 from taskiq_fanin.model.labels import MemberRef
 from taskiq_fanin.model.results import ChainState
@@ -25,29 +21,51 @@ from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Outcome
 
 
+@dataclass(frozen=True, slots=True)
+class MemberEnd:
+    """The outcome a chain that is a group member records once it is over.
+
+    Made once: the chain's record keeps it, and the member is recorded with it.
+    """
+
+    ref: MemberRef
+    outcome: Outcome
+    payload: str
+
+
 def member_of(cursor: ChainCursor) -> MemberRef | None:
     """The group member the cursor's chain is, if any."""
     return MemberRef.parse(cursor.member) if cursor.member is not None else None
 
 
-def kept_outcome(
-    ctx: FanInContext, cursor: ChainCursor, result: TaskiqResult[Any]
-) -> tuple[str, str]:
-    """The member's outcome and payload for the record to keep; ('', '') if none."""
+def member_end(
+    ctx: FanInContext,
+    cursor: ChainCursor,
+    result: TaskiqResult[Any],
+    *,
+    failure: str = "",
+) -> MemberEnd | None:
+    """What the chain's member records, the chain over with ``result``; if a member.
+
+    ``failure``: the error payload of a failed ``result``, when the step made it
+    already for the chain's record (the same JSON: it is not made again).
+    """
     ref = member_of(cursor)
     if ref is None:
-        return "", ""
-    outcome, payload = outcome_of(ctx, ref, result)
-    return outcome.value, payload
+        return None
+    if result.is_err and failure:
+        return MemberEnd(ref, Outcome.FAILED, failure)
+    return MemberEnd(ref, *recording.outcome_of(ctx, ref, result))
 
 
 async def end_member(
-    ctx: FanInContext, cursor: ChainCursor, result: TaskiqResult[Any], *, delivery: str
+    ctx: FanInContext, end: MemberEnd | None, *, delivery: str
 ) -> None:
-    """The chain has ended with ``result``: if it is a group member, record it."""
-    ref = member_of(cursor)
-    if ref is not None:
-        await record_member(ctx, ref, result, delivery=delivery)
+    """The chain has ended: if it is a group member, record the outcome it made."""
+    if end is not None:
+        await recording.record(
+            ctx, end.ref, end.outcome, end.payload, delivery=delivery
+        )
 
 
 async def settle_member(
@@ -69,10 +87,11 @@ async def settle_member(
         outcome, payload = Outcome.FAILED, record.error_entry
     elif state is ChainState.CANCELLED:
         outcome = Outcome.FAILED
-        payload = error_payload(ChainCancelledError(), ctx.config.max_result_bytes)
+        limit = ctx.config.max_result_bytes
+        payload = recording.error_payload(ChainCancelledError(), limit)
     else:
         return  # still running: its step records it when it ends
-    await record_outcome(ctx, ref, outcome, payload, delivery=delivery)
+    await recording.record(ctx, ref, outcome, payload, delivery=delivery)
 
 
 def cancelled_result() -> TaskiqResult[Any]:

@@ -5,12 +5,11 @@ from typing import Any
 
 from taskiq import TaskiqResult
 
-from taskiq_fanin.chains import launch, saga
+from taskiq_fanin.chains import index, launch, saga
 from taskiq_fanin.chains.cursor import ChainCursor
-from taskiq_fanin.chains.membership import end_member, kept_outcome
+from taskiq_fanin.chains.membership import end_member, member_end
 from taskiq_fanin.chains.record import keys_of
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import index
 from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.groups.validation import GroupPlan
 from taskiq_fanin.model.config import ms
@@ -108,7 +107,7 @@ async def _failed(
 ) -> None:
     # Should this worker die before its member is recorded or the chain is
     # failed, the sweep looks at it once a lease is over, not at its deadline.
-    look = index.reschedule(ctx, cursor.id, ms(ctx.config.lease), chains=True)
+    look = index.reschedule(ctx, cursor.id, ms(ctx.config.lease))
     fail = ctx.chain_scripts.begin_failing(
         keys_of(ctx, cursor.id),
         token=cursor.token,
@@ -120,10 +119,13 @@ async def _failed(
     _, (failed, compensations) = await asyncio.gather(look, fail)
     if failed is Failed.CANCELLED:
         await saga.undo_cancelled_step(ctx, cursor, undo=bool(undo), delivery=delivery)
-    elif failed is Failed.MISSING:  # expired: no one else will record the member
-        await end_member(ctx, cursor, result, delivery=delivery)
+        return
+    # The member fails with the error the record keeps (made once).
+    end = member_end(ctx, cursor, result, failure=failure)
+    if failed is Failed.MISSING:  # expired: no one else will record the member
+        await end_member(ctx, end, delivery=delivery)
     elif failed is Failed.FAILING:
-        await end_member(ctx, cursor, result, delivery=delivery)
+        await end_member(ctx, end, delivery=delivery)
         await saga.after_failure(ctx, cursor, failure, compensations)
 
 
@@ -136,25 +138,26 @@ async def _finished(
     *,
     delivery: str,
 ) -> None:
-    outcome, payload = kept_outcome(ctx, cursor, result)
+    # The member's outcome is made once: the record keeps it, the member gets it.
+    end = member_end(ctx, cursor, result, failure=failure)
     finish = ctx.chain_scripts.finish(
         keys_of(ctx, cursor.id),
         token=cursor.token,
         step=cursor.index,
         delivery=delivery,
         failure=failure,
-        outcome=outcome,
-        payload=payload,
+        outcome=end.outcome.value if end is not None else "",
+        payload=end.payload if end is not None else "",
         compensation=undo,
     )
-    if outcome:
+    if end is not None:
         # A member is recorded after the chain is done: should this worker die
         # in between, the sweep records it a lease later (the record keeps it).
-        look = index.look_sooner(ctx, cursor.id, ms(ctx.config.lease), chains=True)
+        look = index.look_sooner(ctx, cursor.id, ms(ctx.config.lease))
         _, finished = await asyncio.gather(look, finish)
     else:
         finished = await finish
     if finished is Finished.CANCELLED:
         await saga.undo_cancelled_step(ctx, cursor, undo=bool(undo), delivery=delivery)
     elif finished in (Finished.DONE, Finished.MISSING):
-        await end_member(ctx, cursor, result, delivery=delivery)
+        await end_member(ctx, end, delivery=delivery)

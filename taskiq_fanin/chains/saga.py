@@ -13,11 +13,15 @@ its compensations run as for a failure.
 
 from taskiq import TaskiqResult
 
-from taskiq_fanin.chains import launch, record
+from taskiq_fanin.chains import index, launch, record
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
-from taskiq_fanin.chains.membership import cancelled_result, end_member, settle_member
+from taskiq_fanin.chains.membership import (
+    cancelled_result,
+    end_member,
+    member_end,
+    settle_member,
+)
 from taskiq_fanin.context import FanInContext, new_delivery
-from taskiq_fanin.groups import index
 from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
 from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.model.config import ms
@@ -94,7 +98,7 @@ async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
     failure = error_payload(error, ctx.config.max_result_bytes)
     delivery = new_delivery()
     # Should the sweep die half-way, the next one finishes it a lease later.
-    await index.reschedule(ctx, cursor.id, ms(ctx.config.lease), chains=True)
+    await index.reschedule(ctx, cursor.id, ms(ctx.config.lease))
     failed, compensations = await ctx.chain_scripts.begin_failing(
         record.keys_of(ctx, cursor.id),
         token=cursor.token,
@@ -110,7 +114,8 @@ async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
     result: TaskiqResult[None] = TaskiqResult(
         is_err=True, return_value=None, execution_time=0.0, error=error
     )
-    await end_member(ctx, cursor, result, delivery=delivery)
+    end = member_end(ctx, cursor, result, failure=failure)
+    await end_member(ctx, end, delivery=delivery)
     await after_failure(ctx, cursor, failure, compensations)
     return True
 
@@ -141,7 +146,8 @@ async def undo_cancelled_step(
         await compensate(
             ctx, step_undo_id(cursor.id, cursor.index), [cursor.undo.to_ledger()]
         )
-    await end_member(ctx, cursor, cancelled_result(), delivery=delivery)
+    end = member_end(ctx, cursor, cancelled_result())
+    await end_member(ctx, end, delivery=delivery)
 
 
 async def cancel(ctx: FanInContext, chain_id: str) -> bool:

@@ -1,6 +1,8 @@
 """Recording a member's terminal outcome, in one script call (invariants 2, 5).
 
-The member whose outcome completes its group finalises it.
+The outcome and its payload are made once, by whoever saw the member end (the
+worker, a chain's end), and handed to :func:`record`. The member whose outcome
+completes its group finalises it.
 """
 
 import logging
@@ -84,22 +86,16 @@ def outcome_of(
     return Outcome.DONE, result_payload(result.return_value, limit, ref)
 
 
-async def record_member(
-    ctx: FanInContext, ref: MemberRef, result: TaskiqResult[Any], *, delivery: str
+async def record(
+    ctx: FanInContext, ref: MemberRef, outcome: Outcome, payload: str, *, delivery: str
 ) -> Recorded:
     """Record a member's terminal outcome; finalise the group if it completed it.
 
-    ``delivery`` names this delivery of the member: retried with the same one
-    after an error, a claim whose reply was lost is finalised all the same.
+    The outcome and its payload come made (:func:`outcome_of`, or a chain's
+    record kept them). ``delivery`` names this delivery of the member: retried
+    with the same one after an error, a claim whose reply was lost is finalised
+    all the same.
     """
-    outcome, payload = outcome_of(ctx, ref, result)
-    return await record_outcome(ctx, ref, outcome, payload, delivery=delivery)
-
-
-async def record_outcome(
-    ctx: FanInContext, ref: MemberRef, outcome: Outcome, payload: str, *, delivery: str
-) -> Recorded:
-    """:func:`record_member` with the outcome already made (a chain kept it)."""
     config = ctx.config
     recorded, collected = await ctx.scripts.record_outcome(
         group_keys(config.prefix, ref.group_id),

@@ -1,9 +1,11 @@
-"""Checks before anything is written: one validation of groups and chains.
+"""Checks of a group before anything is written, and the checks chains share.
 
 A group planned directly, returned by a ``@group_task`` body, or run as a
-chain's step is checked by :func:`validate_group`, and every chain (on its own,
-as a group's member) by :func:`validate_chain`. Nothing is written until all of
-it has passed (invariant 8).
+chain's step is checked by :func:`validate_group`. A member that is a chain is
+checked through the context's ``check_chain`` port, by the chain engine
+(``chains/validation.py``), which checks its tasks and sizes with
+:func:`check_task` and :func:`serialized`. Nothing is written until all of it
+has passed (invariant 8).
 """
 
 import secrets
@@ -16,7 +18,6 @@ from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups.arguments import check_arguments
 from taskiq_fanin.model.errors import (
     GroupTooWideError,
-    InvalidChainError,
     MemberNotSerializableError,
     MemberTooLargeError,
     NestingTooDeepError,
@@ -65,17 +66,17 @@ def validate_group(
     library derived the group's id (a chain's step, a ``@group_task`` member):
     it is checked as such; a caller's id may not look like one.
     """
-    _check_group(ctx, spec, depth=depth)
+    check_group(ctx, spec, depth=depth)
     limit = ctx.config.max_member_bytes
     ledger = tuple(
-        _serialized(f"member {index}", member, limit)
+        serialized(f"member {index}", member, limit)
         for index, member in enumerate(spec.members)
     )
     options = spec.options.with_defaults(ctx.config)
     for name, continuation in (("then", options.then), ("on_error", options.on_error)):
         if continuation is not None:
             what = f"the continuation {name}"
-            _serialized(what, continuation, None if chain_step else limit)
+            serialized(what, continuation, None if chain_step else limit)
     return GroupPlan(
         group_id=validate_group_id(spec.group_id, derived=derived_id)
         if spec.group_id is not None
@@ -88,97 +89,11 @@ def validate_group(
     )
 
 
-def validate_chain(
-    ctx: FanInContext,
-    spec: ChainSpec,
-    *,
-    depth: int,
-    after_previous: bool = False,
-    checked: bool = False,
-    within: str = "",
-) -> None:
-    """Check a chain before anything is written: steps, tasks, arguments, sizes.
-
-    Every step, its compensation and ``on_error`` fit ``max_member_bytes``, and
-    so does the plan as a whole: it travels in every message's chain label.
-    ``after_previous``: the chain is a member of a group step that comes after
-    a previous step, so its first step receives that result. ``checked``: the
-    library starts it from a plan checked when its own chain or group started
-    (compensations, a group's chain member): its arguments are not bound or
-    measured again, so that an undo still runs after its task changed.
-    ``within``: where the chain sits, for the errors (`` in member 3``).
-    """
-    if depth > ctx.config.max_depth:
-        raise NestingTooDeepError(depth=depth, maximum=ctx.config.max_depth)
-    if not spec.steps:
-        raise InvalidChainError(reason="a chain needs at least one step")
-    limit = None if checked else ctx.config.max_member_bytes
-    for index, step in enumerate(spec.steps):
-        if isinstance(step, GroupSpec):
-            _check_group_step(
-                ctx, step, index, depth=depth, checked=checked, within=within
-            )
-            continue
-        what = f"step {index + 1} of the chain{within}"
-        receives = (index > 0 or after_previous) and step.pass_result
-        _check_task(ctx, what, step, PREVIOUS if receives else None, bind=not checked)
-        if step.compensation is not None:
-            undo = f"the compensation of step {index + 1}{within}"
-            _check_task(ctx, undo, step.compensation, None, bind=not checked)
-            _serialized(undo, step.compensation, limit)
-        _serialized(what, step, limit)
-    if spec.on_error is not None:
-        what = f"the chain's on_error{within}"
-        _check_task(ctx, what, spec.on_error, "a ChainFailure", bind=not checked)
-        _serialized(what, spec.on_error, limit)
-    _serialized(f"the chain's plan{within}", spec, limit)
-
-
-def _check_group_step(
-    ctx: FanInContext,
-    step: GroupSpec,
-    index: int,
-    *,
-    depth: int,
-    checked: bool,
-    within: str,
-) -> None:
-    """A group as step ``index``: no options of its own; members fit the ledger.
-
-    Its members receive the previous step's result, unless it is the first step
-    (a chain member's first step that is a group receives none either).
-    """
-    set_here = (step.options.then, step.options.on_error, step.group_id)
-    if any(value is not None for value in set_here):
-        raise InvalidChainError(
-            reason=f"step {index + 1}, a group inside a chain, takes no then, "
-            "on_error or group_id: the next step is its continuation"
-        )
-    where = f" of step {index + 1}{within}"
-    _check_group(
-        ctx,
-        step,
-        depth=depth + 1,
-        after_previous=index > 0,
-        bind=not checked,
-        within=where,
-    )
-    # Before a previous result joins: the kick checks the members again with it.
-    limit = ctx.config.max_member_bytes
-    for number, member in enumerate(step.members):
-        _serialized(f"member {number}{where}", member, limit)
-
-
-def validate_kick(what: str, step: Signature) -> None:
-    """Check that a task step, with the arguments it is about to get, serializes."""
-    _serialized(what, step, None)
-
-
 #: What a chain step after the first receives before its own arguments.
 PREVIOUS = "the previous step's result (Signature.immutable() opts out)"
 
 
-def _check_group(
+def check_group(
     ctx: FanInContext,
     spec: GroupSpec,
     *,
@@ -200,7 +115,7 @@ def _check_group(
     for number, member in enumerate(spec.members):
         what = f"member {number}{within}"
         if isinstance(member, ChainSpec):
-            validate_chain(
+            ctx.check_chain(
                 ctx,
                 member,
                 depth=depth + 1,
@@ -210,17 +125,17 @@ def _check_group(
             )
         else:
             receives = PREVIOUS if after_previous and member.pass_result else None
-            _check_task(ctx, what, member, receives, bind=bind)
+            check_task(ctx, what, member, receives, bind=bind)
     for name, continuation in (
         ("then", spec.options.then),
         ("on_error", spec.options.on_error),
     ):
         if continuation is not None:
             what = f"the continuation {name}{within}"
-            _check_task(ctx, what, continuation, "the GroupResult", bind=bind)
+            check_task(ctx, what, continuation, "the GroupResult", bind=bind)
 
 
-def _check_task(
+def check_task(
     ctx: FanInContext, what: str, sig: Signature, receives: str | None, *, bind: bool
 ) -> None:
     """The broker knows the task (and its compensation's); its arguments fit it."""
@@ -234,7 +149,7 @@ def _check_task(
         check_arguments(task, what, sig, receives=receives)
 
 
-def _serialized(what: str, member: Signature | ChainSpec, limit: int | None) -> str:
+def serialized(what: str, member: Signature | ChainSpec, limit: int | None) -> str:
     """``member`` as the ledger keeps it, or a typed error naming ``what``."""
     name = member.task_name if isinstance(member, Signature) else "a chain"
     what = what[:1].upper() + what[1:]

@@ -43,7 +43,6 @@ class GroupScripts:
         client: RedisClient,
         pipeline: PipelineBatcher,
         *,
-        prefix: str,
         batching: OutcomeBatching | None = None,
     ) -> None:
         self._pipeline = pipeline
@@ -51,10 +50,7 @@ class GroupScripts:
         #: Members of one group finishing together share one script call; the
         #: worker tells it which members run here.
         self.outcomes = OutcomeBatcher(
-            pipeline,
-            self._scripts.registered("recordOutcome"),
-            prefix=prefix,
-            tuning=batching,
+            pipeline, self._scripts.registered("recordOutcome"), tuning=batching
         )
 
     async def send(self, command: Command) -> Any:

@@ -3,12 +3,14 @@
 redis-py spends 60-230 us of CPU on each script call, so one ``recordOutcome``
 call for several members of a busy group costs far less than one each. A call
 of a busy group waits a little for more, but only for members running in this
-worker (the worker says which: :meth:`OutcomeBatcher.member_started`) and only
-while more can come: it goes once every one of them has joined it and no other
-starts within a few loop turns, at once when no slot is free (the worker runs as
-many members as it ever did), and at the next loop turn when its group is not
-busy. The script takes a call's members in order, each as if recorded alone.
-Every tuning constant is a field of :class:`OutcomeBatching`.
+worker (the worker says which: :meth:`OutcomeBatcher.member_running`, and
+``worker/running.py`` keeps the registry) and only while more can come: it goes
+once every one of them has joined it and no other starts within a few loop
+turns, at once when no slot is free (the worker runs as many members as it ever
+did), and at the next loop turn when its group is not busy. The script takes a
+call's members in order, each as if recorded alone. Every tuning constant is a
+field of :class:`OutcomeBatching`. It only batches: what a member is, and what
+its outcome, the layers above it know.
 """
 
 import asyncio
@@ -20,11 +22,16 @@ from typing import Any
 
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
-from taskiq import TaskiqMessage
 
-from taskiq_fanin.model.labels import MemberRef
-from taskiq_fanin.store.keys import group_keys
 from taskiq_fanin.store.pipeline import PipelineBatcher, fail_all
+
+#: One group's calls: its keys, then its token (members of one token share calls).
+GroupCallKey = tuple[Any, ...]
+
+
+def group_call_key(keys: Sequence[Any], token: str) -> GroupCallKey:
+    """What the calls of one group's members are batched by."""
+    return (*keys, token)
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,9 @@ class OutcomeBatching:
     settle_turns: int = 10
     #: Groups whose last call is remembered.
     remembered_groups: int = 1024
-    #: Completions between two looks for members whose task ended unreported
-    #: (taskiq skips ``post_execute`` when something before it fails).
+    #: Completions between two looks (by the worker's registry of members
+    #: running here) for members whose task ended unreported (taskiq skips
+    #: ``post_execute`` when something before it fails).
     orphan_check_every: int = 256
 
 
@@ -78,14 +86,6 @@ class _GroupCall:
     settling: bool = False
 
 
-@dataclass(slots=True)
-class _Run:
-    message: TaskiqMessage
-    member: MemberRef
-    key: tuple[Any, ...]
-    task: "asyncio.Task[Any] | None"
-
-
 class OutcomeBatcher:
     """Records member outcomes, one ``recordOutcome`` call per group at a time."""
 
@@ -94,22 +94,17 @@ class OutcomeBatcher:
         pipeline: PipelineBatcher,
         script: AsyncScript,
         *,
-        prefix: str,
         tuning: OutcomeBatching | None = None,
     ) -> None:
         self._script = script
         self._pipeline = pipeline
-        self._prefix = prefix
-        self._tuning = tuning or OutcomeBatching()
+        self.tuning = tuning or OutcomeBatching()
         self.stats = OutcomeStats()
-        self._open: dict[tuple[Any, ...], _GroupCall] = {}
-        #: Members running here, by message.
-        self._runs: dict[int, _Run] = {}
-        self._finishing = 0
+        self._open: dict[GroupCallKey, _GroupCall] = {}
         #: Per group: members running here that have not joined a call yet.
-        self._unjoined: dict[tuple[Any, ...], set[int]] = {}
+        self._unjoined: dict[GroupCallKey, set[int]] = {}
         #: Per group: members without an outcome after its last call, and when.
-        self._last_call: dict[tuple[Any, ...], tuple[int, float]] = {}
+        self._last_call: dict[GroupCallKey, tuple[int, float]] = {}
         #: A member started while a call was open: more than one slot here.
         self._spare_slots = False
         #: Members running here, and the most there ever were at once.
@@ -119,56 +114,34 @@ class OutcomeBatcher:
         self._settle_context = contextvars.Context()
         self._sending: set[asyncio.Task[None]] = set()  # the loop keeps weak refs
 
-    # -- which members run here ---------------------------------------------
+    # -- which members run here (the worker says) ---------------------------
 
     @property
     def running(self) -> int:
-        """How many members run in this worker now."""
-        return len(self._runs)
+        """How many members run in this worker now, as the worker said."""
+        return self._members_here
 
-    def member_started(self, message: TaskiqMessage) -> None:
-        """``message`` starts running here; a member's start must be ended once."""
-        member = MemberRef.from_labels(message.labels)
-        if member is None:
-            return
-        self.member_ended(message)  # the same message started twice: ended first
-        key = (*group_keys(self._prefix, member.group_id).recording, member.token)
-        self._runs[id(message)] = _Run(message, member, key, asyncio.current_task())
-        self._unjoined.setdefault(key, set()).add(member.index)
+    def member_running(self, group: GroupCallKey, index: int) -> None:
+        """Member ``index`` of ``group`` runs here: a call of its group waits for it.
+
+        Each start is ended once by :meth:`member_gone`.
+        """
+        self._unjoined.setdefault(group, set()).add(index)
         self._members_here += 1
         self._most_here = max(self._most_here, self._members_here)
         if self._open:
             self._spare_slots = True
-        call = self._open.get(key)
+        call = self._open.get(group)
         if call is not None:
             call.arrivals += 1
 
-    def member_finishing(self, message: TaskiqMessage) -> MemberRef | None:
-        """``message`` is about to record its outcome: the member it is, if any.
-
-        Now and then, first end the members whose task ended unreported.
-        """
-        self._finishing += 1
-        if self._finishing % self._tuning.orphan_check_every == 0:
-            ended = [r for r in self._runs.values() if r.task and r.task.done()]
-            for orphan in ended:
-                self.member_ended(orphan.message)
-        run = self._runs.get(id(message))
-        if run is not None and run.message is message:
-            return run.member
-        return MemberRef.from_labels(message.labels)
-
-    def member_ended(self, message: TaskiqMessage) -> None:
-        """``message`` is done here, recorded or not (a no-op for no member)."""
-        run = self._runs.get(id(message))
-        if run is None or run.message is not message:
-            return  # the id may be another message's by now
-        del self._runs[id(message)]
+    def member_gone(self, group: GroupCallKey, index: int) -> None:
+        """Member ``index`` of ``group`` is done here, recorded or not."""
         self._members_here -= 1
-        self._joined(run.key, run.member.index)
-        call = self._open.get(run.key)
+        self._joined(group, index)
+        call = self._open.get(group)
         if call is not None:
-            self._note_joined(run.key, call)
+            self._note_joined(group, call)
 
     # -- recording ----------------------------------------------------------
 
@@ -184,7 +157,7 @@ class OutcomeBatcher:
         ``head`` (the script's arguments after the token) is taken from the
         first member of a call: a worker passes the same, up to the clock.
         """
-        key = (*keys, token)
+        key = group_call_key(keys, token)
         call = self._open.get(key)
         reply: asyncio.Future[tuple[Any, Any]] = (
             asyncio.get_running_loop().create_future()
@@ -199,7 +172,7 @@ class OutcomeBatcher:
         self._note_joined(key, call)
         return await reply
 
-    def _joined(self, key: tuple[Any, ...], index: int) -> None:
+    def _joined(self, key: GroupCallKey, index: int) -> None:
         # Nobody waits for this member any more: it is in a call, or done.
         unjoined = self._unjoined.get(key)
         if unjoined is not None:
@@ -207,7 +180,7 @@ class OutcomeBatcher:
             if not unjoined:
                 del self._unjoined[key]
 
-    def _note_joined(self, key: tuple[Any, ...], call: _GroupCall) -> None:
+    def _note_joined(self, key: GroupCallKey, call: _GroupCall) -> None:
         """Complete a waiting call that nobody else can join (or start settling)."""
         if not call.waiting or call.settling or call.complete.is_set():
             return
@@ -219,10 +192,10 @@ class OutcomeBatcher:
             call.complete.set()
             return
         call.settling = True
-        self._settle(key, call, call.arrivals, self._tuning.settle_turns)
+        self._settle(key, call, call.arrivals, self.tuning.settle_turns)
 
     def _settle(
-        self, key: tuple[Any, ...], call: _GroupCall, arrivals: int, turns: int
+        self, key: GroupCallKey, call: _GroupCall, arrivals: int, turns: int
     ) -> None:
         """Count loop turns (cheap callbacks, not task steps) for a new member."""
         if call.complete.is_set() or self._open.get(key) is not call:
@@ -231,7 +204,7 @@ class OutcomeBatcher:
             call.settling = False  # one started and runs: its join settles again
             return
         if call.arrivals != arrivals:  # one joined already: count afresh
-            arrivals, turns = call.arrivals, self._tuning.settle_turns
+            arrivals, turns = call.arrivals, self.tuning.settle_turns
         elif turns == 0:
             call.complete.set()  # the worker started no other member: none comes
             return
@@ -239,7 +212,7 @@ class OutcomeBatcher:
             self._settle, key, call, arrivals, turns - 1, context=self._settle_context
         )
 
-    async def _send(self, key: tuple[Any, ...], call: _GroupCall) -> None:
+    async def _send(self, key: GroupCallKey, call: _GroupCall) -> None:
         try:
             if self._worth_waiting(key):
                 call.waiting = True
@@ -248,7 +221,7 @@ class OutcomeBatcher:
                     # asyncio.TimeoutError: not the built-in one on Python 3.10.
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(
-                            call.complete.wait(), self._tuning.gather_seconds
+                            call.complete.wait(), self.tuning.gather_seconds
                         )
             codes, shared, outstanding = await self._call_script(key, call)
             self._remember(key, int(outstanding))
@@ -264,7 +237,7 @@ class OutcomeBatcher:
             if self._open.get(key) is call:
                 del self._open[key]
 
-    async def _call_script(self, key: tuple[Any, ...], call: _GroupCall) -> Any:
+    async def _call_script(self, key: GroupCallKey, call: _GroupCall) -> Any:
         def add(pipe: Any) -> None:
             # From now on this call is closed: later members start the next one.
             if self._open.get(key) is call:
@@ -279,19 +252,19 @@ class OutcomeBatcher:
             args = self._arguments(call)[len(call.keys) + 1 :]
             return await self._script(keys=call.keys, args=args)
 
-    def _worth_waiting(self, key: tuple[Any, ...]) -> bool:
+    def _worth_waiting(self, key: GroupCallKey) -> bool:
         last = self._last_call.get(key)
         if last is None:
             return False
         outstanding, at = last
         age = asyncio.get_running_loop().time() - at
-        return outstanding >= self._tuning.company and age < self._tuning.recent_seconds
+        return outstanding >= self.tuning.company and age < self.tuning.recent_seconds
 
-    def _remember(self, key: tuple[Any, ...], outstanding: int) -> None:
+    def _remember(self, key: GroupCallKey, outstanding: int) -> None:
         self._last_call.pop(key, None)
         if outstanding > 0:
             self._last_call[key] = (outstanding, asyncio.get_running_loop().time())
-            if len(self._last_call) > self._tuning.remembered_groups:
+            if len(self._last_call) > self.tuning.remembered_groups:
                 del self._last_call[next(iter(self._last_call))]  # the oldest
 
     @staticmethod

@@ -8,11 +8,10 @@ is judged from its own record, by the step span recorded with it and on Redis's
 clock.
 """
 
-from taskiq_fanin.chains import launch, record, saga
+from taskiq_fanin.chains import index, launch, record, saga
 from taskiq_fanin.chains.cursor import PendingStep
 from taskiq_fanin.chains.membership import settle_member
 from taskiq_fanin.context import FanInContext, new_delivery
-from taskiq_fanin.groups import index
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import ChainGivenUpError
 from taskiq_fanin.model.results import ChainState, SweepPolicy
@@ -39,7 +38,7 @@ async def judge_chain(
         if not dry_run:  # over, or expired: nothing left to watch
             if found is not None:
                 await _settle(ctx, chain_id, found[0])
-            await index.remove(ctx, chain_id, chains=True)
+            await index.remove(ctx, chain_id)
         return None
     chain, now = found
     span = (
@@ -51,7 +50,7 @@ async def judge_chain(
     due_at = updated_at + span
     if due_at > now:
         if not dry_run:
-            await index.reschedule(ctx, chain_id, due_at - now, chains=True)
+            await index.reschedule(ctx, chain_id, due_at - now)
         return None
     step = chain.step  # from 0, as the record keeps it
     names = chain.step_names
@@ -147,7 +146,7 @@ async def _act(
             finding.note += f"; not re-driven ({redrives} re-drives used)"
     elif finding.action is SweepAction.REPORT:
         finding.applied = True
-    await index.reschedule(ctx, chain_id, look_again, chains=True)
+    await index.reschedule(ctx, chain_id, look_again)
 
 
 def _given_up(finding: Finding, step_name: str, stuck_ms: int) -> ChainGivenUpError:

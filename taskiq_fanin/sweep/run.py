@@ -11,8 +11,9 @@ import logging
 import uuid
 
 from taskiq_fanin import metrics
+from taskiq_fanin.chains import index as chain_index
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import index
+from taskiq_fanin.groups import index as group_index
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.results import SweepPolicy
 from taskiq_fanin.store.keys import sweep_lock_key
@@ -70,7 +71,8 @@ async def _examine(
     chain_policy = override or ctx.config.sweep_policy
     report = SweepReport(dry_run=dry_run, tasks_checked=known.tasks_checked(ctx))
     for chains in (False, True):
-        _, due = await index.due(ctx, batch, chains=chains)
+        index = chain_index if chains else group_index
+        _, due = await index.due(ctx, batch)
         report.examined += len(due)
         for item_id in due:
             try:
@@ -89,7 +91,7 @@ async def _examine(
                 logger.exception("Sweep of %s %s failed", kind, item_id)
                 if not dry_run:
                     after = ms(ctx.config.lease)
-                    await index.reschedule(ctx, item_id, after, chains=chains)
+                    await index.reschedule(ctx, item_id, after)
                 continue
             if finding is not None:
                 report.findings.append(finding)

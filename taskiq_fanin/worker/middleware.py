@@ -14,7 +14,7 @@ from taskiq import (
     TaskiqResult,
 )
 
-from taskiq_fanin.chains import launch, tasks
+from taskiq_fanin.chains import launch, tasks, validation
 from taskiq_fanin.context import FanInContext, current_run, new_delivery
 from taskiq_fanin.model.config import (
     DEFAULT_DEADLINE_SECONDS,
@@ -45,6 +45,7 @@ from taskiq_fanin.worker import ending, guard, skipping
 from taskiq_fanin.worker.leases import RunLeases
 from taskiq_fanin.worker.recording import Recording
 from taskiq_fanin.worker.retrying import retrying
+from taskiq_fanin.worker.running import RunningMembers
 
 
 class FanInMiddleware(TaskiqMiddleware):
@@ -137,6 +138,8 @@ class FanInMiddleware(TaskiqMiddleware):
         self._url = redis if isinstance(redis, str) else None
         self._client: RedisClient | None = None if isinstance(redis, str) else redis
         self._context: FanInContext | None = None
+        #: The members running here, for the outcome batcher (with the context).
+        self._running: RunningMembers | None = None
         #: The run leases of the bodies running here, renewed while they run.
         self._leases = RunLeases()
 
@@ -161,7 +164,11 @@ class FanInMiddleware(TaskiqMiddleware):
                 self.broker,
                 self._client,
                 start_chain=launch.start_member,
+                check_chain=validation.validate_chain,
                 batching=self._batching,
+            )
+            self._running = RunningMembers(
+                self._context.outcomes, prefix=self.config.prefix
             )
 
     async def shutdown(self) -> None:
@@ -170,6 +177,7 @@ class FanInMiddleware(TaskiqMiddleware):
             await self._client.aclose()
             self._client = None
         self._context = None
+        self._running = None
 
     @property
     def context(self) -> FanInContext:
@@ -189,12 +197,12 @@ class FanInMiddleware(TaskiqMiddleware):
         cannot be asked, this raises and the message stays unacknowledged.
         """
         skipping.reset_skip()  # never inherit a flag (brokers may run messages inline)
-        ctx = self._context
-        if ctx is None:
+        ctx, running = self._context, self._running
+        if ctx is None or running is None:
             return message
         ending.began(message)
         current_run.set((ctx, message))
-        ctx.outcomes.member_started(message)
+        running.started(message)
         if not guard.applies(message.labels):
             return message
         delivery = new_delivery()
@@ -208,7 +216,7 @@ class FanInMiddleware(TaskiqMiddleware):
                 raise RunningElsewhereError(task_id=message.task_id)
         except BaseException:  # not run: nothing of it is left running here
             current_run.set(None)
-            ctx.outcomes.member_ended(message)
+            running.ended(message)
             raise
         if verdict.begun is Begin.SKIP:
             skipping.skip_current_message(self.broker, message)
@@ -244,10 +252,10 @@ class FanInMiddleware(TaskiqMiddleware):
         skipped = skipping.reset_skip()
         raised = ending.take_raised()
         self._leases.end(message)
-        ctx = self._context
-        if ctx is None:
+        ctx, running = self._context, self._running
+        if ctx is None or running is None:
             return
-        member = ctx.outcomes.member_finishing(message)
+        member = running.finishing(message)
         if member is None and not Recording.applies(message.labels):
             return  # a plain task: nothing to record
         ended, counted = ending.ended(message, result, skipped=skipped, raised=raised)
@@ -259,4 +267,4 @@ class FanInMiddleware(TaskiqMiddleware):
                 what=("recording the outcome of task", message.task_id),
             )
         finally:
-            ctx.outcomes.member_ended(message)
+            running.ended(message)

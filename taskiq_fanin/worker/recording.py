@@ -1,7 +1,8 @@
 """What a worker records when a message's body has run.
 
 A member's outcome, a chain's transition, a continuation's completion: each
-part once, even when the whole is retried after Redis was away.
+part once, even when the whole is retried after Redis was away. A member's
+outcome is made here, once, and handed to the group engine to record.
 """
 
 from typing import Any
@@ -12,7 +13,7 @@ from taskiq_fanin.chains import progress, record
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
 from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.groups import continuation
-from taskiq_fanin.groups.recording import record_member
+from taskiq_fanin.groups import recording as member_recording
 from taskiq_fanin.model.labels import (
     CONTINUATION_LABEL,
     ContinuationRef,
@@ -41,6 +42,12 @@ class Recording:
         self.ctx, self.message, self.result = ctx, message, result
         self.member = member
         self.ending = ending
+        #: The member's outcome and payload, made once for every try.
+        self.outcome = (
+            member_recording.outcome_of(ctx, member, result)
+            if member is not None and ending is Ending.RAN
+            else None
+        )
         self.delivery = new_delivery()
         self.done: set[str] = set()
 
@@ -65,8 +72,12 @@ class Recording:
             if cursor is not None:
                 await record.release_step(ctx, cursor, attempt=attempt)
             return
-        if self.member is not None and "member" not in self.done:
-            await record_member(ctx, self.member, self.result, delivery=delivery)
+        member, made = self.member, self.outcome
+        if member is not None and made is not None and "member" not in self.done:
+            outcome, payload = made
+            await member_recording.record(
+                ctx, member, outcome, payload, delivery=delivery
+            )
             self.done.add("member")
         # A chain is carried on before the group whose continuation this step
         # is completes: a crash in between leaves it to be redelivered.
