@@ -187,15 +187,12 @@ async def run(
     )
     measures = ("round_trips", "redis_commands")
     for row in rows:
-        for measure in measures:
-            row[f"{measure}_per_child"] = (
-                counts[f"{measure}_per_child"] if counts else None
-            )
-        for measure in measures if counts else ():
-            row[f"{measure}_per_child_amortized"] = round(
-                counts[f"{measure}_per_child"]
-                + counts[f"{measure}_per_group"] / row["n"],
-                4,
+        found = counts or {}
+        row.update({f"{m}_per_child": found.get(f"{m}_per_child") for m in measures})
+        for m in measures if counts else ():
+            per_group = found[f"{m}_per_group"] / row["n"]
+            row[f"{m}_per_child_amortized"] = round(
+                found[f"{m}_per_child"] + per_group, 4
             )
     steps.finish()
     return {
