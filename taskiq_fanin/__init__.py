@@ -16,10 +16,10 @@ from taskiq_fanin.api.group_task import group_task
 from taskiq_fanin.api.groups import GroupHandle, group, group_handle
 from taskiq_fanin.api.sweeping import sweep
 from taskiq_fanin.model.errors import FanInError
+from taskiq_fanin.model.group_result import GroupResult
 from taskiq_fanin.model.results import (
     ChainFailure,
     ChainStatus,
-    GroupResult,
     GroupStatus,
     MemberError,
 )

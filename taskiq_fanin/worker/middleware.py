@@ -15,7 +15,7 @@ from taskiq import (
 )
 
 from taskiq_fanin.chains import launch, tasks, validation
-from taskiq_fanin.context import FanInContext, current_run, new_delivery
+from taskiq_fanin.context import FanInContext, enter_run, leave_run, new_delivery
 from taskiq_fanin.model.config import (
     DEFAULT_DEADLINE_SECONDS,
     DEFAULT_DISPATCH_CONCURRENCY,
@@ -27,6 +27,7 @@ from taskiq_fanin.model.config import (
     DEFAULT_MAX_REDRIVES,
     DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_PREFIX,
+    DEFAULT_RESULTS_INLINE_MAX,
     DEFAULT_RETRY_FOR,
     DEFAULT_SOCKET_TIMEOUT,
     DEFAULT_TOMBSTONE_SECONDS,
@@ -41,6 +42,7 @@ from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
 from taskiq_fanin.store.client import RedisClient, connect
 from taskiq_fanin.store.outcome_batching import OutcomeBatching
 from taskiq_fanin.store.replies import Begin
+from taskiq_fanin.store.result_pages import ResultPageReader
 from taskiq_fanin.worker import ending, guard, skipping
 from taskiq_fanin.worker.leases import RunLeases
 from taskiq_fanin.worker.recording import Recording
@@ -72,6 +74,7 @@ class FanInMiddleware(TaskiqMiddleware):
         tombstone_ttl: Duration = DEFAULT_TOMBSTONE_SECONDS,
         max_group_size: int = DEFAULT_MAX_GROUP_SIZE,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        results_inline_max: int = DEFAULT_RESULTS_INLINE_MAX,
         max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
         dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
@@ -103,6 +106,9 @@ class FanInMiddleware(TaskiqMiddleware):
         :param max_group_size: the widest group one call may plan.
         :param max_result_bytes: member results larger than this (as JSON) are not
             kept (the member still counts); error messages are cut to this size.
+        :param results_inline_max: default for groups: a group of more members
+            hands its continuation a ``GroupResult`` by reference (counts only;
+            ``iter_results()`` and ``iter_failures()`` read it in pages).
         :param max_member_bytes: a member whose arguments (as JSON, in the
             ledger) are larger is refused before anything is written.
         :param dispatch_concurrency: member kicks a planner keeps in flight.
@@ -124,6 +130,7 @@ class FanInMiddleware(TaskiqMiddleware):
             tombstone_ttl=seconds("tombstone_ttl", tombstone_ttl),
             max_group_size=max_group_size,
             max_result_bytes=max_result_bytes,
+            results_inline_max=results_inline_max,
             dispatch_concurrency=dispatch_concurrency,
             failure_policy=choice("failure_policy", FailurePolicy, failure_policy),
             sweep_policy=choice("sweep_policy", SweepPolicy, sweep_policy),
@@ -188,6 +195,11 @@ class FanInMiddleware(TaskiqMiddleware):
             )
         return self._context
 
+    @property
+    def result_pages(self) -> ResultPageReader:
+        """Reads by-reference ``GroupResult`` s: ``iter_results(broker=...)``."""
+        return self.context.result_pages
+
     # -- worker hooks -----------------------------------------------------------
 
     async def pre_execute(self, message: TaskiqMessage) -> TaskiqMessage:
@@ -201,7 +213,7 @@ class FanInMiddleware(TaskiqMiddleware):
         if ctx is None or running is None:
             return message
         ending.began(message)
-        current_run.set((ctx, message))
+        enter_run(ctx, message)
         running.started(message)
         if not guard.applies(message.labels):
             return message
@@ -215,7 +227,7 @@ class FanInMiddleware(TaskiqMiddleware):
             if verdict.begun is Begin.RUNNING_ELSEWHERE:
                 raise RunningElsewhereError(task_id=message.task_id)
         except BaseException:  # not run: nothing of it is left running here
-            current_run.set(None)
+            leave_run()
             running.ended(message)
             raise
         if verdict.begun is Begin.SKIP:
@@ -248,7 +260,7 @@ class FanInMiddleware(TaskiqMiddleware):
         Redis is away this retries; if it still cannot record, it raises and the
         message stays unacknowledged to come back (recording is idempotent).
         """
-        current_run.set(None)
+        leave_run()
         skipped = skipping.reset_skip()
         raised = ending.take_raised()
         self._leases.end(message)
