@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from redis.exceptions import RedisError
+from redis.exceptions import MovedError, RedisError
 from taskiq.abc.cmd import TaskiqCMD
 
 from taskiq_fanin.cli.commands import COMMANDS, open_target
@@ -60,6 +60,9 @@ def _failed(exc: Exception, prog: str) -> ExitCode:
         message, code = str(exc), ExitCode.NOT_FOUND
     elif isinstance(exc, UsageError | FanInError):
         message, code = f"error: {exc}", ExitCode.USAGE
+    elif isinstance(exc, MovedError):  # a plain client's command on a cluster
+        message = f"Redis: MOVED {exc}: this Redis is a Cluster node: pass --cluster"
+        code = ExitCode.UNREACHABLE
     elif isinstance(exc, RedisError):
         message, code = f"Redis: {exc}", ExitCode.UNREACHABLE
     else:  # OSError: the user's broker, when it is not on Redis

@@ -13,6 +13,12 @@
   longer counts as Redis being away. Keep it above your slowest script call
   (planning a group of 100,000 members takes well under a second).
 
+On a Redis Cluster (``cluster=True``) the URL names any one node; the client
+finds the others and follows their slots. It has the same retries, timeouts and
+health checks; its ``max_connections`` is per node, and a caller past it is
+retried with the backoff above rather than queued (redis-py's cluster client
+has no blocking pool).
+
 A client the caller passes in is used as it is: configure it the same way.
 """
 
@@ -33,23 +39,32 @@ CLIENT_BACKOFF_BASE, CLIENT_BACKOFF_CAP = 0.05, 1.0
 HEALTH_CHECK_SECONDS = 30
 
 
-def connect(url: str, *, max_connections: int, socket_timeout: float) -> Redis:
-    """A client for ``url`` with the settings above."""
+def _retry() -> Retry:
+    return Retry(
+        ExponentialWithJitterBackoff(cap=CLIENT_BACKOFF_CAP, base=CLIENT_BACKOFF_BASE),
+        CLIENT_RETRIES,
+        supported_errors=(RedisConnectionError, RedisTimeoutError),
+    )
+
+
+def connect(
+    url: str, *, max_connections: int, socket_timeout: float, cluster: bool = False
+) -> RedisClient:
+    """A client for ``url`` with the settings above: a cluster's if ``cluster``."""
+    common = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": socket_timeout,
+        "socket_keepalive": True,
+        "health_check_interval": HEALTH_CHECK_SECONDS,
+        "retry": _retry(),
+    }
+    if cluster:
+        return RedisCluster.from_url(url, max_connections=max_connections, **common)
     pool = BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
         # Wait for a free connection about as long as a command may take.
         timeout=socket_timeout * 2,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=socket_timeout,
-        socket_keepalive=True,
-        health_check_interval=HEALTH_CHECK_SECONDS,
-        retry=Retry(
-            ExponentialWithJitterBackoff(
-                cap=CLIENT_BACKOFF_CAP, base=CLIENT_BACKOFF_BASE
-            ),
-            CLIENT_RETRIES,
-            supported_errors=(RedisConnectionError, RedisTimeoutError),
-        ),
+        **common,
     )
     return Redis.from_pool(pool)  # closing the client closes its pool
