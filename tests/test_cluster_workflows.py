@@ -22,6 +22,7 @@ from redis.asyncio import RedisCluster
 from taskiq import AsyncBroker, BrokerMessage
 from taskiq_redis import ListQueueClusterBroker, RedisStreamClusterBroker
 
+from local_redis import free_port
 from taskiq_fanin import (
     FanInMiddleware,
     GroupStatus,
@@ -387,3 +388,10 @@ async def test_a_fresh_middleware_on_a_cluster_answers_concurrent_calls(
             await fanin.shutdown()
         failures.extend(r for r in replies if isinstance(r, BaseException))
     assert failures == []
+
+
+async def test_the_cli_on_an_unreachable_cluster_exits_unreachable() -> None:
+    url = f"redis://127.0.0.1:{free_port()}"
+    done = await run_cli("--redis-url", url, "--cluster", "list")
+    assert done.code == 4, done.stderr
+    assert done.stderr.startswith("taskiq-fanin: Redis: ")

@@ -22,11 +22,16 @@ has no blocking pool).
 A client the caller passes in is used as it is: configure it the same way.
 """
 
+import logging
+
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+logger = logging.getLogger("taskiq_fanin")
 
 #: The clients the library works with: one server (or Sentinel's), or a cluster.
 RedisClient = Redis | RedisCluster
@@ -68,3 +73,22 @@ def connect(
         **common,
     )
     return Redis.from_pool(pool)  # closing the client closes its pool
+
+
+async def set_up(client: RedisClient) -> None:
+    """Learn a cluster's slots now, before several callers use the client at once.
+
+    redis-py's ``RedisCluster`` sets itself up on its first command; several
+    commands issued together on a fresh client fail some of their callers
+    (``AttributeError``, seen about once in ten bursts of ten). A cluster that
+    cannot be reached yet is not an error here: the client sets itself up on
+    its first command then, and that command's caller hears of any failure.
+    """
+    if not isinstance(client, RedisCluster):
+        return
+    try:
+        await client.initialize()
+    except (RedisError, RedisClusterException, OSError) as exc:
+        logger.warning(
+            "Redis Cluster not reachable at startup (%s): set up on first use", exc
+        )

@@ -42,7 +42,7 @@ from taskiq_fanin.model.errors import (
     RunningElsewhereError,
 )
 from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
-from taskiq_fanin.store.client import RedisClient, connect
+from taskiq_fanin.store.client import RedisClient, connect, set_up
 from taskiq_fanin.store.outcome_batching import OutcomeBatching
 from taskiq_fanin.store.replies import Begin
 from taskiq_fanin.worker import ending, guard, skipping
@@ -175,6 +175,7 @@ class FanInMiddleware(TaskiqMiddleware):
                 cluster=self._cluster,
             )
         if self._client is not None and self._context is None:
+            await set_up(self._client)
             self._context = FanInContext.create(
                 self.config,
                 self.broker,
