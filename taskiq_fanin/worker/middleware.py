@@ -37,9 +37,13 @@ from taskiq_fanin.model.config import (
     choice,
     seconds,
 )
-from taskiq_fanin.model.errors import MiddlewareNotFoundError, RunningElsewhereError
+from taskiq_fanin.model.errors import (
+    InvalidOptionError,
+    MiddlewareNotFoundError,
+    RunningElsewhereError,
+)
 from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
-from taskiq_fanin.store.client import RedisClient, connect
+from taskiq_fanin.store.client import RedisClient, connect, set_up
 from taskiq_fanin.store.outcome_batching import OutcomeBatching
 from taskiq_fanin.store.replies import Begin
 from taskiq_fanin.store.result_pages import ResultPageReader
@@ -63,6 +67,7 @@ class FanInMiddleware(TaskiqMiddleware):
         self,
         redis: str | RedisClient,
         *,
+        cluster: bool = False,
         prefix: str = DEFAULT_PREFIX,
         ttl: Duration = DEFAULT_TTL_SECONDS,
         deadline: Duration = DEFAULT_DEADLINE_SECONDS,
@@ -88,6 +93,9 @@ class FanInMiddleware(TaskiqMiddleware):
 
         :param redis: a Redis URL, or a ``redis.asyncio`` client (``Redis`` or
             ``RedisCluster``) that the caller owns and closes.
+        :param cluster: the URL is one node of a Redis Cluster: the client built
+            from it is a ``RedisCluster``, which finds the other nodes. For a URL
+            only; a client passed in is used as it is.
         :param prefix: first part of every key the library writes.
         :param ttl: seconds every key of a group lives, finished or not.
         :param deadline: seconds after which a still-open group counts as stuck.
@@ -122,6 +130,12 @@ class FanInMiddleware(TaskiqMiddleware):
             calls (``OutcomeBatching``); the defaults are the measured ones.
         """
         super().__init__()
+        if cluster and not isinstance(redis, str):
+            raise InvalidOptionError(
+                name="cluster",
+                value="True",
+                reason="it applies to a URL; a client passed in is used as it is",
+            )
         self.config = FanInConfig(
             prefix=prefix,
             ttl=seconds("ttl", ttl),
@@ -143,6 +157,7 @@ class FanInMiddleware(TaskiqMiddleware):
         )
         self._batching = outcome_batching
         self._url = redis if isinstance(redis, str) else None
+        self._cluster = cluster
         self._client: RedisClient | None = None if isinstance(redis, str) else redis
         self._context: FanInContext | None = None
         #: The members running here, for the outcome batcher (with the context).
@@ -164,8 +179,10 @@ class FanInMiddleware(TaskiqMiddleware):
                 self._url,
                 max_connections=self.config.max_connections,
                 socket_timeout=self.config.socket_timeout,
+                cluster=self._cluster,
             )
         if self._client is not None and self._context is None:
+            await set_up(self._client)
             self._context = FanInContext.create(
                 self.config,
                 self.broker,
