@@ -12,31 +12,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _chart, _targets, deadlock, duplicates, overhead
+from benchmarks import _chart, deadlock, duplicates, overhead
+from benchmarks._cli import Benchmark, interrupted, redis_name, redis_option, session
 from benchmarks._report import (
     RESULTS_DIR,
     Check,
     Steps,
     console,
-    describe_run,
     print_checks,
-    progress_bars,
-    run_date,
     write_json,
 )
-from benchmarks._run import interrupted, redis_option
-from local_redis import RedisProvider, provide_redis, stop_workers_at_exit
 
-BENCHMARKS = ("deadlock", "duplicates", "overhead")
-#: Overhead pairs of a quick run (make bench: ``overhead.FULL_REPEATS``).
-QUICK_PAIRS = 3
+BENCHMARKS: dict[str, Benchmark] = {
+    bench.name: bench
+    for bench in (deadlock.BENCHMARK, duplicates.BENCHMARK, overhead.BENCHMARK)
+}
+#: Flags that set a field of every benchmark's ``Options`` that has it.
+SHARED_FLAGS = ("repeats", "sizes", "wait_timeout", "seed", "dup_rate")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -64,61 +63,37 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def configure(
-    args: argparse.Namespace,
-) -> tuple[deadlock.Options, duplicates.Options, overhead.Options]:
-    """Each benchmark's options from the command line."""
-    dl = deadlock.Options(results_dir=args.out)
-    dup = duplicates.Options(results_dir=args.out)
-    ovh = overhead.Options(results_dir=args.out)
+def configure(args: argparse.Namespace, bench: Benchmark) -> Any:
+    """A benchmark's options from the command line (and ``--quick``)."""
+    options = dataclasses.replace(bench.defaults, results_dir=args.out)
     if args.quick:
-        dl = replace(dl, repeats=1, wait_timeout=2.0)
-        dup = replace(dup, albums=40)
-        # Fewer overhead pairs than make bench's, at its smaller size only:
-        # the summary and the chart say so.
-        ovh = replace(ovh, sizes=(2000,), repeats=QUICK_PAIRS, count_n=400, warmup=200)
-    if args.repeats is not None:
-        dl = replace(dl, repeats=args.repeats)
-        ovh = replace(ovh, repeats=args.repeats)
-    if args.sizes:
-        ovh = replace(ovh, sizes=tuple(args.sizes))
-    if args.wait_timeout is not None:
-        dl = replace(dl, wait_timeout=args.wait_timeout)
-    if args.seed is not None:
-        dup = replace(dup, seed=args.seed)
-    if args.dup_rate is not None:
-        dup = replace(dup, dup_rate=args.dup_rate)
-    return dl, dup, ovh
+        options = dataclasses.replace(options, **bench.quick)
+    names = {spec.name for spec in dataclasses.fields(options)}
+    chosen = {
+        name: tuple(value) if isinstance(value, list) else value
+        for name in SHARED_FLAGS
+        if name in names and (value := getattr(args, name)) is not None
+    }
+    return dataclasses.replace(options, **chosen)
 
 
 async def run_all(
-    provider: RedisProvider,
-    only: Sequence[str],
-    options: tuple[deadlock.Options, duplicates.Options, overhead.Options],
-    bars: Any,
+    provider: Any, chosen: dict[str, Any], bars: Any
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Run the chosen benchmarks one after the other.
 
     Returns their JSON documents, and the error of any that failed: one broken
     benchmark still leaves the others' results.
     """
-    dl, dup, ovh = options
-    plan = {
-        "deadlock": (deadlock.run, dl, dl.steps),
-        "duplicates": (duplicates.run, dup, dup.steps),
-        "overhead": (overhead.run, ovh, ovh.steps),
-    }
-    chosen = [name for name in BENCHMARKS if name in only]
     results: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
-    for number, name in enumerate(chosen, start=1):
-        run, opts, total = plan[name]
+    for number, (name, options) in enumerate(chosen.items(), start=1):
         # A bar appears when its benchmark starts: none for one not chosen,
         # none spinning at 0 for one still to come.
         label = f"{name} ({number}/{len(chosen)})" if len(chosen) > 1 else name
-        steps = Steps(bars, label, total)
+        steps = Steps(bars, label, options.steps)
         try:
-            results[name] = await run(provider, opts, steps)  # type: ignore[operator]
+            results[name] = await BENCHMARKS[name].run(provider, options, steps)
         except Exception as exc:
             if _cancelling():
                 # Ctrl-C surfaced as another error (a connection closed under
@@ -136,57 +111,30 @@ def _cancelling() -> bool:
     return cancelling is not None and int(cancelling()) > 0
 
 
-def full_run() -> str:
-    """What ``make bench`` runs, for a quick run to say what it is short of."""
-    dl, dup, ovh = deadlock.Options(), duplicates.Options(), overhead.Options()
-    sizes = " and ".join(f"{n:,}" for n in ovh.sizes)
-    return (
-        f"make bench: deadlock {dl.repeats} repeats; duplicates {dup.albums}"
-        f" albums; overhead {ovh.repeats} pairs at N = {sizes}."
-    )
-
-
 def run_kind(args: argparse.Namespace) -> str:
     """Quick, full (make bench's settings) or custom: what a reader must know first."""
     if args.quick:
         return "Quick run (a smoke test, not a measurement)"
-    custom = (args.repeats, args.sizes, args.wait_timeout, args.seed, args.dup_rate)
-    if all(value is None for value in custom):
+    if all(getattr(args, name) is None for name in SHARED_FLAGS):
         return "Full run (make bench's settings)"
     return "Custom run"
 
 
-def settings(results: dict[str, dict[str, Any]], *, kind: str, date: str) -> list[str]:
-    """When the run was, on which Redis, and what it ran (and make bench's)."""
-    lines = [f"{date}. {describe_run(results, kind=kind)}"]
-    if not kind.startswith("Full"):
-        lines.append(full_run())
-    return lines
-
-
-def legends(results: dict[str, dict[str, Any]]) -> list[str]:
-    """What the short names in the table's rows stand for."""
-    legend = {
-        "deadlock": deadlock.LEGEND,
-        "duplicates": duplicates.LEGEND,
-        "overhead": overhead.LEGEND,
-    }
-    return [legend[name] for name in BENCHMARKS if name in results]
+def describe(ran: dict[str, Any]) -> str:
+    """What ran: "deadlock 5 repeats; duplicates 100 albums; ..."."""
+    return "; ".join(
+        BENCHMARKS[name].describe(options) for name, options in ran.items()
+    )
 
 
 def all_checks(
     results: dict[str, dict[str, Any]], errors: dict[str, str]
 ) -> list[Check]:
     """Every target beside its measurement, in benchmark order."""
-    makers = {
-        "deadlock": _targets.deadlock_checks,
-        "duplicates": _targets.duplicates_checks,
-        "overhead": _targets.overhead_checks,
-    }
     checks: list[Check] = []
-    for name in BENCHMARKS:
+    for name, bench in BENCHMARKS.items():
         if name in results:
-            checks.extend(makers[name](results[name]))
+            checks.extend(bench.checks(results[name]))
         elif name in errors:
             checks.append(
                 # The type only: the traceback is above, the message in
@@ -199,24 +147,26 @@ def all_checks(
 def main(argv: Sequence[str] | None = None) -> int:
     """Run, report, write."""
     args = parser().parse_args(argv)
-    options = configure(args)
-    stop_workers_at_exit()
-    date = run_date()
+    chosen = {
+        name: configure(args, bench)
+        for name, bench in BENCHMARKS.items()
+        if name in args.only
+    }
     began = time.perf_counter()
-    try:
-        with provide_redis(args.redis) as provider:
-            console.print(provider.description)
-            with progress_bars() as bars:
-                results, errors = asyncio.run(
-                    run_all(provider, args.only, options, bars)
-                )
-    except KeyboardInterrupt:
+    outcome = session(
+        args.redis, lambda provider, bars: run_all(provider, chosen, bars)
+    )
+    if outcome is None:
         return interrupted()
+    provider, (results, errors), date = outcome
     seconds = time.perf_counter() - began
     checks = all_checks(results, errors)
-    redis = f"{provider.kind} {provider.version}".strip()
     kind = run_kind(args)
-    run = settings(results, kind=kind, date=f"{date}, {redis}")
+    ran = f"{kind}: {describe({k: v for k, v in chosen.items() if k in results})}."
+    notes = [f"{date}, {redis_name(provider)}. {ran}"]
+    if not kind.startswith("Full"):
+        full = {name: bench.defaults for name, bench in BENCHMARKS.items()}
+        notes.append(f"make bench: {describe(full)}.")
     for name, data in results.items():
         write_json(args.out / f"{name}.json", data)
     write_json(
@@ -225,34 +175,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             "redis": provider.kind,
             "quick": args.quick,
             "date": date,
-            "settings": describe_run(results, kind=kind),
+            "settings": ran,
             "wall_seconds": round(seconds, 1),
-            "checks": [asdict(check) for check in checks],
+            "checks": [dataclasses.asdict(check) for check in checks],
             "errors": errors,
             "missed": sum(1 for check in checks if check.met is False),
         },
     )
-    _chart.draw(
-        args.out / "summary.png",
-        results.get("deadlock"),
-        results.get("duplicates"),
-        results.get("overhead"),
-        title=f"taskiq-fanin benchmarks: {kind[0].lower()}{kind[1:]}",
-        settings=run,
-        fanin_margin=_targets.TARGET_FANIN_MARGIN,
-        cpu_target=_targets.TARGET_CPU_RATIO,
-        round_trips_target=_targets.TARGET_ROUND_TRIPS,
-        celery_commands=_targets.CELERY_CHORD_COMMANDS,
-        peers_source=overhead.PEERS_SOURCE,
-    )
-    print_checks(checks, notes=run + legends(results))
+    title = f"taskiq-fanin benchmarks: {kind[0].lower()}{kind[1:]}"
+    _chart.draw(args.out / "summary.png", results, title=title, settings=notes)
+    legends = [bench.legend for name, bench in BENCHMARKS.items() if name in results]
+    print_checks(checks, notes=notes + legends)
     console.print(
         f"Wrote {args.out}/*.json and {args.out}/summary.png in {seconds / 60:.1f} min."
     )
-    missed = any(check.met is False for check in checks)
     if errors:
         return 2
-    return 1 if args.strict and missed else 0
+    return 1 if args.strict and any(check.met is False for check in checks) else 0
 
 
 if __name__ == "__main__":

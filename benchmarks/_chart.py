@@ -16,6 +16,14 @@ from matplotlib.axes import Axes
 from matplotlib.container import BarContainer
 from matplotlib.ticker import FuncFormatter
 
+from benchmarks._targets import (
+    CELERY_CHORD_COMMANDS,
+    TARGET_CPU_RATIO,
+    TARGET_FANIN_MARGIN,
+    TARGET_ROUND_TRIPS,
+)
+from benchmarks.overhead import PEERS_SOURCE
+
 OURS = "#2b7bba"
 BASELINE = "#7f7f7f"
 BAD = "#d6604d"
@@ -25,7 +33,7 @@ PARENT = "#9e9ac8"
 TARGET = "#1a9850"
 
 
-def _deadlock(ax: Axes, data: dict[str, Any], margin: float) -> None:
+def _deadlock(ax: Axes, data: dict[str, Any]) -> None:
     patterns = [
         ("waiting", "parents wait", BAD),
         ("fanin", "fan-in", OURS),
@@ -76,7 +84,7 @@ def _deadlock(ax: Axes, data: dict[str, Any], margin: float) -> None:
         over = fanin["seconds"] / parent["seconds"] - 1
         lines.append(
             f"fan-in vs parents only kick, 10 slots: {over:+.1%}"
-            f" (target <= {margin:+.0%})"
+            f" (target <= {TARGET_FANIN_MARGIN:+.0%})"
         )
     lines.append("hatched: not every album finished; dashed: ideal")
     ax.set_title("\n".join(lines), fontsize=10)
@@ -108,9 +116,7 @@ def _duplicates(ax: Axes, data: dict[str, Any]) -> None:
     ax.legend(fontsize=8)
 
 
-def _overhead(
-    ax: Axes, data: dict[str, Any], cpu_target: float, peers_source: str
-) -> None:
+def _overhead(ax: Axes, data: dict[str, Any]) -> None:
     positions, labels = [], []
     x = 0.0
     for first, row in _first(data["runs"]):
@@ -148,7 +154,7 @@ def _overhead(
             ratio,
             0.5,
             color=PEER,
-            label=textwrap.fill(f"peers' wall time, {peers_source}", 44)
+            label=textwrap.fill(f"peers' wall time, {PEERS_SOURCE}", 44)
             if first
             else None,
         )
@@ -158,10 +164,10 @@ def _overhead(
         x += 0.9
     ax.margins(y=0.1)
     ax.axhline(
-        cpu_target,
+        TARGET_CPU_RATIO,
         color=TARGET,
         linestyle="dashed",
-        label=f"CPU target {cpu_target:.2f}",
+        label=f"CPU target {TARGET_CPU_RATIO:.2f}",
     )
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(positions, labels, fontsize=7)
@@ -181,7 +187,8 @@ def _first(items: list[Any]) -> list[tuple[bool, Any]]:
     return [(index == 0, item) for index, item in enumerate(items)]
 
 
-def _commands(ax: Axes, data: dict[str, Any], celery: int, trips: float) -> None:
+def _commands(ax: Axes, data: dict[str, Any]) -> None:
+    celery, trips = CELERY_CHORD_COMMANDS, TARGET_ROUND_TRIPS
     counting = data.get("counting")
     if not counting:
         ax.text(0.5, 0.5, "not measured (no MONITOR)", ha="center", va="center")
@@ -216,17 +223,10 @@ def _commands(ax: Axes, data: dict[str, Any], celery: int, trips: float) -> None
 
 def draw(
     path: Path,
-    deadlock: dict[str, Any] | None,
-    duplicates: dict[str, Any] | None,
-    overhead: dict[str, Any] | None,
+    results: dict[str, dict[str, Any]],
     *,
     title: str,
     settings: Sequence[str],
-    fanin_margin: float,
-    cpu_target: float,
-    round_trips_target: float,
-    celery_commands: int,
-    peers_source: str,
 ) -> None:
     """Draw whichever benchmarks ran into one PNG, titled with the run's settings.
 
@@ -234,15 +234,13 @@ def draw(
     not, repeats, sizes): a chart is read away from the terminal it came from.
     """
     panels: list[Callable[[Axes], None]] = []
-    if deadlock is not None:
-        panels.append(lambda ax: _deadlock(ax, deadlock, fanin_margin))
-    if duplicates is not None:
-        panels.append(lambda ax: _duplicates(ax, duplicates))
-    if overhead is not None:
-        panels.append(lambda ax: _overhead(ax, overhead, cpu_target, peers_source))
-        panels.append(
-            lambda ax: _commands(ax, overhead, celery_commands, round_trips_target)
-        )
+    if "deadlock" in results:
+        panels.append(lambda ax: _deadlock(ax, results["deadlock"]))
+    if "duplicates" in results:
+        panels.append(lambda ax: _duplicates(ax, results["duplicates"]))
+    if "overhead" in results:
+        panels.append(lambda ax: _overhead(ax, results["overhead"]))
+        panels.append(lambda ax: _commands(ax, results["overhead"]))
     rows = 1 if len(panels) <= 2 else 2
     columns = 1 if len(panels) <= 1 else 2
     fig, axes = plt.subplots(

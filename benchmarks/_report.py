@@ -7,7 +7,7 @@ import json
 import os
 import statistics
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -76,26 +76,9 @@ class Steps:
             )
 
 
-def _count(number: int, noun: str) -> str:
+def count(number: int, noun: str) -> str:
+    """``3 pairs``, ``1 pair``."""
     return f"{number} {noun}" + ("" if number == 1 else "s")
-
-
-def describe_run(results: dict[str, dict[str, Any]], *, kind: str) -> str:
-    """What the run was (``kind``: quick, full...) and the repeats and sizes behind it.
-
-    Read from the benchmarks' own documents, so it says what ran, whatever the
-    command line asked for.
-    """
-    parts = []
-    if "deadlock" in results:
-        parts.append(f"deadlock {_count(results['deadlock']['repeats'], 'repeat')}")
-    if "duplicates" in results:
-        parts.append(f"duplicates {results['duplicates']['albums']} albums")
-    if "overhead" in results:
-        data = results["overhead"]
-        sizes = " and ".join(f"{row['n']:,}" for row in data["runs"])
-        parts.append(f"overhead {_count(data['repeats'], 'pair')} at N = {sizes}")
-    return f"{kind}: {'; '.join(parts)}."
 
 
 def run_date() -> str:
@@ -106,6 +89,11 @@ def run_date() -> str:
 def median(values: Sequence[float]) -> float:
     """The median, rounded for JSON a person reads too."""
     return round(statistics.median(values), 4)
+
+
+def rounded(values: Iterable[float]) -> list[float]:
+    """Every value, rounded as :func:`median` rounds."""
+    return [round(value, 4) for value in values]
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

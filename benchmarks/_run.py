@@ -1,5 +1,4 @@
-"""One run: its own keys and queue, a ready worker, and a clean Redis afterwards;
-and ``python -m benchmarks.<name>``, one benchmark alone.
+"""One run: its own keys and queue, a ready worker, and a clean Redis afterwards.
 
 The worker process itself (its own process group, SIGTERM then SIGKILL, nothing
 left behind) is the toolkit's ``local_redis.TaskiqWorker``; a run adds its
@@ -8,42 +7,23 @@ settings, passed through the environment, and a ping that proves it listens.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import contextlib
 import os
-import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from redis.asyncio import Redis
 from taskiq import AsyncBroker
 from taskiq.kicker import AsyncKicker
 
-from benchmarks._report import (
-    RESULTS_DIR,
-    Check,
-    Steps,
-    console,
-    describe_run,
-    print_checks,
-    progress_bars,
-    run_date,
-    write_json,
-)
 from benchmarks.apps.common import PING_TASK, AppSettings
 from local_redis import (
     CONSUMER_GROUP,
-    RedisProvider,
     TaskiqWorker,
     WorkerError,
     delete_keys,
-    provide_redis,
-    stop_all_workers,
-    stop_workers_at_exit,
     stream_drained,
     wait_until,
     with_pythonpath,
@@ -106,24 +86,11 @@ class Run:
             self.drained, timeout=timeout, check=self.worker.check_alive
         )
 
-    def worker_cpu(self) -> float | None:
-        """CPU seconds used so far by the worker's processes (Linux only)."""
-        return self.worker.cpu_seconds()
-
-
-def bench_worker(
-    app: str, settings: AppSettings, *, max_async_tasks: int, log_path: Path
-) -> TaskiqWorker:
-    """``taskiq worker <app>:worker_broker --workers 1`` with the run's settings."""
-    return TaskiqWorker(
-        f"{app}:worker_broker",
-        max_async_tasks=max_async_tasks,
-        options=WORKER_OPTIONS,
-        cwd=ROOT,
-        env=with_pythonpath(ROOT, {**os.environ, **settings.to_env()}),
-        log_path=log_path,
-        grace=STOP_GRACE,
-    )
+    async def drain(self, timeout: float, what: str) -> None:
+        """:meth:`wait_drained`, or ``TimeoutError`` naming ``what`` did not drain."""
+        if not await self.wait_drained(timeout):
+            msg = f"{what}: not drained in {timeout:g}s"
+            raise TimeoutError(msg)
 
 
 async def wait_ready(
@@ -166,11 +133,14 @@ async def worker_run(
     ``broker`` is the benchmark's own (client) broker for the same settings.
     """
     client = Redis.from_url(settings.redis_url)
-    worker = bench_worker(
-        app,
-        settings,
+    worker = TaskiqWorker(
+        f"{app}:worker_broker",
         max_async_tasks=max_async_tasks,
+        options=WORKER_OPTIONS,
+        cwd=ROOT,
+        env=with_pythonpath(ROOT, {**os.environ, **settings.to_env()}),
         log_path=results_dir / LOG_DIR / f"{label}.log",
+        grace=STOP_GRACE,
     )
     try:
         await broker.startup()
@@ -187,99 +157,3 @@ async def worker_run(
                 await delete_keys(settings.fanin_url, settings.keys)
         finally:
             await client.aclose()
-
-
-def interrupted() -> int:
-    """After Ctrl-C: make sure every worker is gone, say so; the exit status."""
-    stop_all_workers()
-    print(
-        "interrupted: every worker and Redis started here is stopped", file=sys.stderr
-    )
-    return 130
-
-
-def redis_option(parser: argparse.ArgumentParser) -> None:
-    """``--redis auto|server|fake``: hidden, for trying the fallbacks."""
-    parser.add_argument(
-        "--redis", choices=("auto", "server", "fake"), default="auto",
-        help=argparse.SUPPRESS,
-    )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One option of a benchmark run alone: ``--sizes`` sets ``Options.sizes``.
-
-    ``nargs`` makes it a list, stored as a tuple; the default is the option's.
-    """
-
-    name: str
-    kind: type = int
-    nargs: str | None = None
-    help: str | None = None
-
-    @property
-    def field(self) -> str:
-        """The ``Options`` field it sets (and argparse's name for it)."""
-        return self.name.removeprefix("--").replace("-", "_")
-
-
-BenchRun = Callable[[RedisProvider, Any, Steps], Coroutine[Any, Any, dict[str, Any]]]
-
-
-def run_alone(
-    name: str,
-    doc: str,
-    run: BenchRun,
-    *,
-    checks: Callable[[dict[str, Any]], list[Check]],
-    defaults: Any,
-    flags: Sequence[Flag],
-    legend: str,
-    argv: Sequence[str] | None = None,
-) -> int:
-    """``python -m benchmarks.<name>``: one benchmark, its table and its JSON."""
-    parser = argparse.ArgumentParser(
-        prog=f"python -m benchmarks.{name}",
-        description=doc.split("\n\n", maxsplit=1)[0],
-    )
-    for flag in flags:
-        default = getattr(defaults, flag.field)
-        parser.add_argument(
-            flag.name,
-            type=flag.kind,
-            nargs=flag.nargs,
-            default=list(default) if flag.nargs else default,
-            help=flag.help,
-        )
-    parser.add_argument(
-        "--json",
-        type=Path,
-        default=RESULTS_DIR / f"{name}.json",
-        help="where to write the results",
-    )
-    redis_option(parser)
-    args = parser.parse_args(argv)
-    chosen = {flag.field: getattr(args, flag.field) for flag in flags}
-    options = replace(
-        defaults,
-        results_dir=args.json.parent,
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in chosen.items()},
-    )
-    stop_workers_at_exit()
-    date = run_date()
-    try:
-        with provide_redis(args.redis) as provider:
-            console.print(provider.description)
-            with progress_bars() as bars:
-                data = asyncio.run(
-                    run(provider, options, Steps(bars, name, options.steps))
-                )
-    except KeyboardInterrupt:
-        return interrupted()
-    write_json(args.json, data)
-    redis = f"{provider.kind} {provider.version}".strip()
-    notes = [f"{date}, {redis}. {describe_run({name: data}, kind='Run')}", legend]
-    print_checks(checks(data), title=name, notes=notes)
-    console.print(f"JSON: {args.json}")
-    return 0

@@ -6,9 +6,10 @@ document written earlier can be judged again.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from benchmarks._report import Check
+from benchmarks._report import Check, count
 
 #: How much slower than parents that only kick (``parent``, taskiq's own hop,
 #: measured in the same run) the fan-in may be at 10 slots (fraction).
@@ -97,13 +98,7 @@ def deadlock_checks(data: dict[str, Any]) -> list[Check]:
             "-" if row is None else f"{row['seconds']:.3f}" for row in rows
         )
         result.append(
-            Check(
-                "deadlock",
-                f"{pattern} {at}",
-                "reported",
-                f"{times} s",
-                None,
-            )
+            Check("deadlock", f"{pattern} {at}", "reported", f"{times} s", None)
         )
     return result
 
@@ -112,30 +107,22 @@ def duplicates_checks(data: dict[str, Any]) -> list[Check]:
     """The duplicates targets beside what was measured."""
     albums = data["albums"]
     counter, library = data["counter"], data["set"]
+    check = functools.partial(Check, "duplicates")
+
+    def fires(side: dict[str, int]) -> str:
+        return f"{side['early']} / {side['double']} / {side['never']} of {albums}"
+
+    zero = library["early"] == library["double"] == library["never"] == 0
+    delivered = f"{data['deliveries']} for {data['children']} children"
     return [
-        Check(
-            "duplicates",
-            "set: early / twice / never",
-            "0 / 0 / 0",
-            f"{library['early']} / {library['double']} / {library['never']}"
-            f" of {albums}",
-            library["early"] == library["double"] == library["never"] == 0,
-        ),
-        Check(
-            "duplicates",
+        check("set: early / twice / never", "0 / 0 / 0", fires(library), zero),
+        check(
             "counter: early / twice / never",
             "early > 0",
-            f"{counter['early']} / {counter['double']} / {counter['never']}"
-            f" of {albums}",
+            fires(counter),
             counter["early"] > 0,
         ),
-        Check(
-            "duplicates",
-            "deliveries",
-            "reported",
-            f"{data['deliveries']} for {data['children']} children",
-            None,
-        ),
+        check("deliveries", "reported", delivered, None),
     ]
 
 
@@ -159,6 +146,7 @@ def _cpu(row: dict[str, Any]) -> str:
 def overhead_checks(data: dict[str, Any]) -> list[Check]:
     """The overhead targets beside what was measured."""
     result: list[Check] = []
+    check = functools.partial(Check, "overhead")
     # An embedded fakeredis runs every script through lupa in the benchmark's
     # own process: its times and the worker's CPU say nothing about the library.
     timed = data.get("redis") != "fakeredis"
@@ -174,30 +162,12 @@ def overhead_checks(data: dict[str, Any]) -> list[Check]:
             )
         )
     for row in data["runs"]:
-        pairs = row["pairs"]
-        result.append(
-            Check(
-                "overhead",
-                f"wall ratio, N={row['n']:,}, {pairs} pair"
-                + ("s" if pairs != 1 else ""),
-                "reported",
-                _pairs(row),
-                None,
-            )
-        )
+        measure = f"wall ratio, N={row['n']:,}, {count(row['pairs'], 'pair')}"
+        result.append(check(measure, "reported", _pairs(row), None))
     for row in data.get("few_slots", []):
-        slots = row["max_async_tasks"]
-        result.append(
-            Check(
-                "overhead",
-                f"wall ratio, N={row['n']:,}, {slots} slot"
-                + ("s" if slots != 1 else ""),
-                "reported",
-                f"{row['ratio']:.2f}: {row['fanin_seconds']:.2f} / "
-                f"{row['plain_seconds']:.2f} s",
-                None,
-            )
-        )
+        measure = f"wall ratio, N={row['n']:,}, {count(row['max_async_tasks'], 'slot')}"
+        times = f"{row['fanin_seconds']:.2f} / {row['plain_seconds']:.2f} s"
+        result.append(check(measure, "reported", f"{row['ratio']:.2f}: {times}", None))
     first = data["runs"][0]
     trips = first.get("round_trips_per_child")
     commands = first.get("redis_commands_per_child")
@@ -223,13 +193,8 @@ def overhead_checks(data: dict[str, Any]) -> list[Check]:
     )
     for row in data["runs"]:
         memory = row.get("bytes_per_member")
+        measured = "not measurable here" if memory is None else f"{memory:.0f} B"
         result.append(
-            Check(
-                "overhead",
-                f"memory per member, N={row['n']:,}",
-                "reported",
-                "not measurable here" if memory is None else f"{memory:.0f} B",
-                None,
-            )
+            check(f"memory per member, N={row['n']:,}", "reported", measured, None)
         )
     return result

@@ -15,6 +15,7 @@ of the repeats is reported.
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import sys
 import time
@@ -23,15 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._report import (
-    RESULTS_DIR,
-    Steps,
-    median,
-)
-from benchmarks._run import Flag, Run, new_settings, run_alone, worker_run
+from benchmarks._cli import Benchmark, flag
+from benchmarks._report import RESULTS_DIR, Steps, count, median, rounded
+from benchmarks._run import Run, new_settings, worker_run
 from benchmarks._targets import deadlock_checks
 from benchmarks.apps import deadlock as app
-from benchmarks.apps.common import BurstBroker
+from benchmarks.apps.common import App, BurstBroker
 from local_redis import RedisProvider, wait_until
 
 APP = "benchmarks.apps.deadlock"
@@ -56,11 +54,13 @@ WARMUP_TIMEOUT = 60.0
 class Options:
     """What to run; the defaults are ``make bench``'s."""
 
-    albums: int = 10
-    slots: tuple[int, ...] = (10, 20)
-    repeats: int = 5
+    repeats: int = flag(5)
     #: The waiting parents' ``wait_result`` timeout (the seed used 30 s).
-    wait_timeout: float = 5.0
+    wait_timeout: float = flag(
+        5.0, "the waiting parents' wait_result timeout in seconds (seed: 30)"
+    )
+    slots: tuple[int, ...] = flag((10, 20))
+    albums: int = 10
     #: Seconds a fan-in or baseline run may take before it counts as stuck.
     timeout: float = 60.0
     results_dir: Path = RESULTS_DIR
@@ -96,14 +96,16 @@ class Outcome:
 
 async def _stamps(run: Run, name: str) -> dict[str, float]:
     raw = await run.client.hgetall(run.settings.record(name))
-    return {_text(k): float(v) for k, v in raw.items()}
+    return {
+        (k.decode() if isinstance(k, bytes) else k): float(v) for k, v in raw.items()
+    }
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+#: The task each album's parent is, by pattern (baseline: no parent).
+PARENTS = {"waiting": "album_waiting", "fanin": "make_album", "parent": "album_parent"}
 
 
-async def _kick(tasks: app.DeadlockApp, pattern: str, albums: int) -> None:
+async def _kick(tasks: App, pattern: str, albums: int) -> None:
     """Kick the whole burst in one transaction: a burst of parents arriving.
 
     Kicked one by one, the first parents' children could reach the stream ahead
@@ -112,18 +114,11 @@ async def _kick(tasks: app.DeadlockApp, pattern: str, albums: int) -> None:
     """
     broker = tasks.broker
     assert isinstance(broker, BurstBroker)
-    if pattern == "waiting":
-        kicks = [tasks.album_waiting.kiq(album) for album in range(albums)]
-    elif pattern == "fanin":
-        kicks = [tasks.make_album.kiq(album) for album in range(albums)]
-    elif pattern == "parent":
-        kicks = [tasks.album_parent.kiq(album) for album in range(albums)]
+    if pattern in PARENTS:
+        kicks = [getattr(tasks, PARENTS[pattern]).kiq(a) for a in range(albums)]
     else:
-        kicks = [
-            tasks.resize.kiq(album, image)
-            for album in range(albums)
-            for image in range(app.IMAGES)
-        ]
+        images = range(app.IMAGES)
+        kicks = [tasks.resize.kiq(a, i) for a in range(albums) for i in images]
     async with broker.burst():
         await asyncio.gather(*kicks)
 
@@ -133,11 +128,8 @@ async def _outcome(run: Run, pattern: str, albums: int, started: float) -> Outco
     children = await _stamps(run, "children")
     gave_up: dict[str, float] = {}
     if pattern in CHILDREN_ONLY:
-        per_album: dict[str, int] = {}
-        for key in children:
-            album = key.split(":")[0]
-            per_album[album] = per_album.get(album, 0) + 1
-        finished = sum(1 for count in per_album.values() if count == app.IMAGES)
+        per_album = collections.Counter(key.split(":")[0] for key in children)
+        finished = sum(1 for n in per_album.values() if n == app.IMAGES)
         ends = list(children.values())
     else:
         done = await _stamps(run, "albums")
@@ -147,15 +139,10 @@ async def _outcome(run: Run, pattern: str, albums: int, started: float) -> Outco
         ends = list(done.values()) or list(gave_up.values())
     seconds = (max(ends) - started) if ends else time.time() - started
     child_ends = [end - started for end in children.values()]
-    return Outcome(
-        finished=finished,
-        seconds=seconds,
-        gave_up=len(gave_up),
-        first_child_started=min(child_ends) - app.RESIZE_SECONDS
-        if child_ends
-        else None,
-        last_child_finished=max(child_ends) if child_ends else None,
-    )
+    if not child_ends:
+        return Outcome(finished, seconds, len(gave_up))
+    first = min(child_ends) - app.RESIZE_SECONDS
+    return Outcome(finished, seconds, len(gave_up), first, max(child_ends))
 
 
 #: Stream entries one album adds: parent, children and continuation, as used.
@@ -178,7 +165,7 @@ def warmup_albums(pattern: str, albums: int, slots: int) -> int:
     return albums
 
 
-async def warm_up(run: Run, tasks: app.DeadlockApp, pattern: str, albums: int) -> None:
+async def warm_up(run: Run, tasks: App, pattern: str, albums: int) -> None:
     """Run one untimed burst in the same worker, then forget its records.
 
     A fresh worker opens its Redis connections on first use; a worker that has
@@ -188,9 +175,7 @@ async def warm_up(run: Run, tasks: app.DeadlockApp, pattern: str, albums: int) -
     """
     await _kick(tasks, pattern, albums)
     run.entries += albums * ENTRIES_PER_ALBUM[pattern]
-    if not await run.wait_drained(WARMUP_TIMEOUT):
-        msg = f"deadlock warm-up ({pattern}) did not finish in {WARMUP_TIMEOUT:g}s"
-        raise TimeoutError(msg)
+    await run.drain(WARMUP_TIMEOUT, f"deadlock warm-up ({pattern})")
     await run.client.delete(*(run.settings.record(name) for name in _RECORDS))
 
 
@@ -217,14 +202,12 @@ async def one_run(
         albums = options.albums
         await warm_up(run, tasks, pattern, warmup_albums(pattern, albums, slots))
 
+        alone = pattern in CHILDREN_ONLY
+        records = ("children",) if alone else ("albums", "gave_up")
+
         async def over() -> bool:
-            if pattern in CHILDREN_ONLY:
-                return await run.client.hlen(settings.record("children")) >= (
-                    options.children
-                )
-            ended = await run.client.hlen(settings.record("albums"))
-            ended += await run.client.hlen(settings.record("gave_up"))
-            return ended >= albums
+            ended = [await run.client.hlen(settings.record(r)) for r in records]
+            return sum(ended) >= (options.children if alone else albums)
 
         # Parents give up after a wait per child; the others have a deadline.
         limit = (
@@ -263,7 +246,7 @@ def summarize(
                 "albums": options.albums,
                 "seconds": median([o.seconds for o in results]),
                 "samples": {
-                    "seconds": [round(o.seconds, 4) for o in results],
+                    "seconds": rounded(o.seconds for o in results),
                     "albums_finished": finished,
                     "parents_gave_up": [o.gave_up for o in results],
                 },
@@ -289,50 +272,29 @@ async def run(
     provider: RedisProvider, options: Options, steps: Steps
 ) -> dict[str, Any]:
     """Every pattern at every slot count, repeats interleaved; the JSON document."""
-    outcomes: dict[tuple[str, int], list[Outcome]] = {
-        (pattern, slots): []
-        for slots in options.slots
-        for pattern in PATTERNS + REFERENCE_PATTERNS
-    }
+    every = [(p, s) for s in options.slots for p in PATTERNS + REFERENCE_PATTERNS]
+    outcomes: dict[tuple[str, int], list[Outcome]] = {key: [] for key in every}
     for repeat in range(1, options.repeats + 1):
-        for slots in options.slots:
-            for pattern in PATTERNS + REFERENCE_PATTERNS:
-                steps.now(f"{pattern}, {slots} slots, run {repeat}/{options.repeats}")
-                outcome = await one_run(
-                    provider, options, pattern, slots, f"{pattern}-{slots}-{repeat}"
-                )
-                outcomes[pattern, slots].append(outcome)
-                steps.advance()
+        for pattern, slots in every:
+            steps.now(f"{pattern}, {slots} slots, run {repeat}/{options.repeats}")
+            label = f"{pattern}-{slots}-{repeat}"
+            outcome = await one_run(provider, options, pattern, slots, label)
+            outcomes[pattern, slots].append(outcome)
+            steps.advance()
     steps.finish()
-    data = summarize(options, outcomes)
-    data["redis"] = provider.kind
-    return data
+    return {**summarize(options, outcomes), "redis": provider.kind}
 
 
-FLAGS = (
-    Flag("--repeats"),
-    Flag(
-        "--wait-timeout",
-        float,
-        help="the waiting parents' wait_result timeout in seconds (seed: 30)",
-    ),
-    Flag("--slots", nargs="+"),
+BENCHMARK = Benchmark(
+    "deadlock",
+    __doc__,
+    run,
+    Options(),
+    deadlock_checks,
+    LEGEND,
+    quick={"repeats": 1, "wait_timeout": 2.0},
+    describe=lambda options: f"deadlock {count(options.repeats, 'repeat')}",
 )
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the deadlock benchmark alone."""
-    return run_alone(
-        "deadlock",
-        __doc__,
-        run,
-        checks=deadlock_checks,
-        defaults=Options(),
-        flags=FLAGS,
-        legend=LEGEND,
-        argv=argv,
-    )
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCHMARK.main())

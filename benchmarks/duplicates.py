@@ -21,14 +21,12 @@ from typing import Any
 
 from taskiq import TaskiqMessage
 
-from benchmarks._report import (
-    RESULTS_DIR,
-    Steps,
-    console,
-)
-from benchmarks._run import Flag, Run, new_settings, run_alone, worker_run
+from benchmarks._cli import Benchmark, flag
+from benchmarks._report import RESULTS_DIR, Steps, console
+from benchmarks._run import Run, new_settings, worker_run
 from benchmarks._targets import duplicates_checks
 from benchmarks.apps import duplicates as app
+from benchmarks.apps.common import App
 from local_redis import (
     DuplicatingMiddleware,
     RedisProvider,
@@ -50,9 +48,9 @@ LEGEND = (
 class Options:
     """What to run; the defaults are ``make bench``'s."""
 
-    albums: int = 100
-    seed: int = 7
-    dup_rate: float = 0.1
+    albums: int = flag(100)
+    seed: int = flag(7)
+    dup_rate: float = flag(0.1)
     #: Range of a child's work, in seconds (seeded uniform).
     min_seconds: float = 0.01
     max_seconds: float = 0.1
@@ -139,9 +137,7 @@ class SideResult:
     fires: dict[int, int] = field(default_factory=dict)
 
 
-async def _kick_album(
-    tasks: app.DuplicatesApp, side: str, album: int, members: list[Child]
-) -> None:
+async def _kick_album(tasks: App, side: str, album: int, members: list[Child]) -> None:
     if side == "counter":
         for c in members:
             await tasks.counter_child.kiq(c.album, c.image, c.seconds)
@@ -262,22 +258,16 @@ async def run(
     }
 
 
-FLAGS = (Flag("--albums"), Flag("--seed"), Flag("--dup-rate", float))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the duplicates benchmark alone."""
-    return run_alone(
-        "duplicates",
-        __doc__,
-        run,
-        checks=duplicates_checks,
-        defaults=Options(),
-        flags=FLAGS,
-        legend=LEGEND,
-        argv=argv,
-    )
-
+BENCHMARK = Benchmark(
+    "duplicates",
+    __doc__,
+    run,
+    Options(),
+    duplicates_checks,
+    LEGEND,
+    quick={"albums": 40},
+    describe=lambda options: f"duplicates {options.albums} albums",
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCHMARK.main())

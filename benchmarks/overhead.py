@@ -16,28 +16,16 @@ the group's memory at its peak, from the continuation.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sys
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.exceptions import ResponseError
-
-from benchmarks._overhead_rows import Sample, command_costs, summarize_size
-from benchmarks._report import (
-    RESULTS_DIR,
-    Steps,
-)
-from benchmarks._run import Flag, new_settings, run_alone, worker_run
+from benchmarks._cli import Benchmark, flag
+from benchmarks._overhead_run import Sample, command_costs, one_run, summarize_size
+from benchmarks._report import RESULTS_DIR, Steps, count
 from benchmarks._targets import overhead_checks
-from benchmarks.apps import overhead as app
-from local_redis import MonitorTap, RedisProvider, Tally, commandstats_calls
-from taskiq_fanin import Signature, group
+from local_redis import RedisProvider, Tally
 
 APP = "benchmarks.apps.overhead"
 
@@ -68,19 +56,24 @@ PEERS_SOURCE = (
 class Options:
     """What to run; the defaults are ``make bench``'s."""
 
-    sizes: tuple[int, ...] = (2000, 20000)
-    #: A/B pairs per size.
-    repeats: int = FULL_REPEATS
-    max_async_tasks: int = 100
+    sizes: tuple[int, ...] = flag((2000, 20000), "group sizes N")
+    repeats: int = flag(
+        FULL_REPEATS, "A/B pairs per size (the wall time ratio is their median)"
+    )
+    max_async_tasks: int = flag(100)
     #: Fewer slots, for one pair of runs each at the smallest size: a fan-in
     #: that holds its slots waiting for company shows here, not at 100.
-    few_slots: tuple[int, ...] = (1, 10)
+    few_slots: tuple[int, ...] = flag(
+        (1, 10),
+        "one pair of runs at the smallest size with each of these slot counts",
+        nargs="*",
+    )
     #: Plain kicks in flight at once: the library's own dispatch default.
     kick_concurrency: int = 64
     #: Children in the untimed warm-up that precedes every timed run.
     warmup: int = 500
     #: Group size of the MONITOR counting pass (0 skips it).
-    count_n: int = 2000
+    count_n: int = flag(2000, "size of the MONITOR counting pass (0: skip)")
     #: Seconds one run may take before it counts as stuck.
     timeout: float = 600.0
     results_dir: Path = RESULTS_DIR
@@ -91,121 +84,6 @@ class Options:
         counting = 4 if self.count_n else 0
         few = 2 * len(self.few_slots)
         return 2 * self.repeats * len(self.sizes) + few + counting
-
-
-async def _redis_cpu(client: Redis) -> float | None:
-    """CPU seconds the Redis server has used (``None``: no INFO, as on fakeredis)."""
-    try:
-        info = await client.info("cpu")
-    except ResponseError:
-        return None
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
-def _used(before: float | None, after: float | None) -> float | None:
-    return None if before is None or after is None else after - before
-
-
-async def _kick(
-    tasks: app.OverheadApp, side: str, n: int, *, concurrency: int, measure: bool
-) -> int:
-    """Kick ``n`` children the ``side`` way; returns the stream entries expected."""
-    if side == "fanin":
-        members = [Signature.of(tasks.noop, index) for index in range(n)]
-        await group(members, then=Signature.of(tasks.then, measure)).kiq(tasks.broker)
-        return n + 1
-    limit = asyncio.Semaphore(concurrency)
-
-    async def kick(index: int) -> None:
-        async with limit:
-            await tasks.noop.kiq(index)
-
-    await asyncio.gather(*(kick(index) for index in range(n)))
-    return n
-
-
-async def one_run(
-    provider: RedisProvider,
-    options: Options,
-    side: str,
-    n: int,
-    *,
-    label: str,
-    fanin_url: str | None = None,
-    measure: bool = True,
-    tap: bool = False,
-    slots: int | None = None,
-) -> tuple[Sample, dict[str, Tally]]:
-    """Kick ``n`` children as ``side`` ('fanin' or 'plain') and wait for the drain.
-
-    An untimed warm-up of the same side runs first in the same worker, so that
-    neither side pays for opening connections. With ``tap``, MONITOR counts
-    every command from the first timed kick to the drain.
-    """
-    fanin = fanin_url or provider.url
-    settings = new_settings(
-        provider.url, "ovh", fanin_url=fanin if side == "fanin" else ""
-    )
-    tasks = app.build(settings)
-    async with (
-        worker_run(
-            APP,
-            tasks.broker,
-            settings,
-            max_async_tasks=slots or options.max_async_tasks,
-            results_dir=options.results_dir,
-            label=f"overhead-{label}",
-        ) as run,
-        contextlib.AsyncExitStack() as stack,
-    ):
-        run.entries += await _kick(
-            tasks,
-            side,
-            min(n, options.warmup),
-            concurrency=options.kick_concurrency,
-            measure=False,
-        )
-        if not await run.wait_drained(options.timeout):
-            msg = f"overhead {label}: warm-up not drained in {options.timeout:g}s"
-            raise TimeoutError(msg)
-        taps: dict[str, MonitorTap] = {}
-        if tap:
-            for role, url in (("broker", provider.url), ("fanin", fanin)):
-                if role == "broker" or url != provider.url:
-                    tap_ = MonitorTap(url, settings.fanin_prefix)
-                    taps[role] = await stack.enter_async_context(tap_)
-        stats_before = {
-            role: await commandstats_calls(t.url) for role, t in taps.items()
-        }
-        redis_before = await _redis_cpu(run.client)
-        worker_before = run.worker_cpu()
-        client_before = time.process_time()
-        started = time.perf_counter()
-        run.entries += await _kick(
-            tasks, side, n, concurrency=options.kick_concurrency, measure=measure
-        )
-        kicked = time.perf_counter()
-        if not await run.wait_drained(options.timeout):
-            msg = f"overhead {label}: not drained in {options.timeout:g}s"
-            raise TimeoutError(msg)
-        seconds = time.perf_counter() - started
-        worker_after = run.worker_cpu()
-        cpu = {
-            "worker": _used(worker_before, worker_after),
-            "redis": _used(redis_before, await _redis_cpu(run.client)),
-            "client": time.process_time() - client_before,
-        }
-        tallies = {role: await t.stop() for role, t in taps.items()}
-        for role, tally in tallies.items():
-            tally.commandstats = (
-                await commandstats_calls(taps[role].url) - stats_before[role]
-            )
-        peak = None
-        if side == "fanin" and measure:
-            raw = await run.client.hget(settings.record("memory"), "bytes")
-            peak = int(raw) if raw is not None else None
-    sample = Sample(side, n, seconds, kicked - started, cpu, peak)
-    return sample, tallies
 
 
 async def count_commands(
@@ -258,14 +136,9 @@ async def _few_slots(
     n = min(options.sizes)
     rows = []
     for slots in options.few_slots:
+        step, tag = f"{slots} slots", f"s{slots}"
         samples = await _pair(
-            provider,
-            options,
-            steps,
-            n,
-            step=f"{slots} slots",
-            tag=f"s{slots}",
-            slots=slots,
+            provider, options, steps, n, step=step, tag=tag, slots=slots
         )
         rows.append({"max_async_tasks": slots, **summarize_size(n, samples)})
     return rows
@@ -285,10 +158,10 @@ async def _pair(
     samples = []
     for side in ("plain", "fanin"):
         steps.now(f"n={n}, {side}, {step}")
-        sample, _ = await one_run(
-            provider, options, side, n, label=f"{side}-{n}-{tag}", slots=slots
+        label = f"{side}-{n}-{tag}"
+        samples.append(
+            (await one_run(provider, options, side, n, label=label, slots=slots))[0]
         )
-        samples.append(sample)
         steps.advance()
     return samples
 
@@ -301,13 +174,9 @@ async def run(
     for n in options.sizes:
         samples: list[Sample] = []
         for repeat in range(1, options.repeats + 1):
+            step = f"run {repeat}/{options.repeats}"
             samples += await _pair(
-                provider,
-                options,
-                steps,
-                n,
-                step=f"run {repeat}/{options.repeats}",
-                tag=str(repeat),
+                provider, options, steps, n, step=step, tag=str(repeat)
             )
         rows.append(summarize_size(n, samples))
     few_slots = await _few_slots(provider, options, steps)
@@ -316,23 +185,14 @@ async def run(
         if options.count_n and provider.can_monitor
         else None
     )
+    measures = ("round_trips", "redis_commands")
     for row in rows:
-        row["round_trips_per_child"] = (
-            counts["round_trips_per_child"] if counts else None
-        )
-        row["redis_commands_per_child"] = (
-            counts["redis_commands_per_child"] if counts else None
-        )
-        if counts:
-            row["round_trips_per_child_amortized"] = round(
-                counts["round_trips_per_child"]
-                + counts["round_trips_per_group"] / row["n"],
-                4,
-            )
-            row["redis_commands_per_child_amortized"] = round(
-                counts["redis_commands_per_child"]
-                + counts["redis_commands_per_group"] / row["n"],
-                4,
+        found = counts or {}
+        row.update({f"{m}_per_child": found.get(f"{m}_per_child") for m in measures})
+        for m in measures if counts else ():
+            per_group = found[f"{m}_per_group"] / row["n"]
+            row[f"{m}_per_child_amortized"] = round(
+                found[f"{m}_per_child"] + per_group, 4
             )
     steps.finish()
     return {
@@ -347,32 +207,24 @@ async def run(
     }
 
 
-FLAGS = (
-    Flag("--sizes", nargs="+", help="group sizes N"),
-    Flag("--repeats", help="A/B pairs per size (the wall time ratio is their median)"),
-    Flag("--max-async-tasks"),
-    Flag(
-        "--few-slots",
-        nargs="*",
-        help="one pair of runs at the smallest size with each of these slot counts",
-    ),
-    Flag("--count-n", help="size of the MONITOR counting pass (0: skip)"),
+def describe(options: Options) -> str:
+    """What ran: "overhead 5 pairs at N = 2,000 and 20,000"."""
+    sizes = " and ".join(f"{n:,}" for n in options.sizes)
+    return f"overhead {count(options.repeats, 'pair')} at N = {sizes}"
+
+
+BENCHMARK = Benchmark(
+    "overhead",
+    __doc__,
+    run,
+    Options(),
+    overhead_checks,
+    LEGEND,
+    # Fewer pairs than make bench's, at its smaller size only: the summary and
+    # the chart say so.
+    quick={"sizes": (2000,), "repeats": 3, "count_n": 400, "warmup": 200},
+    describe=describe,
 )
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the overhead benchmark alone."""
-    return run_alone(
-        "overhead",
-        __doc__,
-        run,
-        checks=overhead_checks,
-        defaults=Options(),
-        flags=FLAGS,
-        legend=LEGEND,
-        argv=argv,
-    )
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(BENCHMARK.main())

@@ -6,12 +6,18 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from taskiq import AsyncBroker, BrokerMessage, TaskiqEvents, TaskiqMiddleware
+from taskiq import (
+    AsyncBroker,
+    AsyncTaskiqDecoratedTask,
+    BrokerMessage,
+    TaskiqEvents,
+    TaskiqMiddleware,
+)
 from taskiq_redis import RedisAsyncResultBackend, RedisStreamBroker
 
 from taskiq_fanin import FanInMiddleware
@@ -132,26 +138,48 @@ def make_broker(
     return broker
 
 
-class Recorder:
-    """The worker's connection for the benchmark's own bookkeeping.
+class App:
+    """One run's broker, its recorder and its tasks, each by its short name.
 
-    Opened lazily in the worker process (the broker module is imported before the
-    event loop exists) and closed with the broker.
+    ``@app.task("bench.deadlock.resize")`` registers a task on the broker and
+    makes it ``app.resize``. The recorder (the worker's own connection for the
+    benchmark's bookkeeping) opens on first use, in the worker's event loop, and
+    closes when the worker shuts down.
     """
 
-    def __init__(self, settings: AppSettings) -> None:
+    def __init__(
+        self, settings: AppSettings, *middlewares: TaskiqMiddleware, burst: bool = False
+    ) -> None:
         self.settings = settings
+        self.broker = make_broker(settings, *middlewares, burst=burst)
+        self.tasks: dict[str, AsyncTaskiqDecoratedTask[Any, Any]] = {}
         self._client: Redis | None = None
+        self.broker.add_event_handler(TaskiqEvents.WORKER_SHUTDOWN, self._close)
+
+    def task(self, name: str) -> Callable[[Callable[..., Any]], Any]:
+        """Register the decorated function as the task ``name``."""
+
+        def register(body: Callable[..., Any]) -> Any:
+            task = self.broker.task(task_name=name)(body)
+            self.tasks[name.rsplit(".", 1)[-1]] = task
+            return task
+
+        return register
+
+    def __getattr__(self, name: str) -> AsyncTaskiqDecoratedTask[Any, Any]:
+        try:
+            return self.__dict__["tasks"][name]  # type: ignore[no-any-return]
+        except KeyError:
+            raise AttributeError(name) from None
 
     @property
     def client(self) -> Redis:
-        """The Redis client, opened on first use."""
+        """The recorder's Redis client, opened on first use."""
         if self._client is None:
             self._client = Redis.from_url(self.settings.redis_url)
         return self._client
 
-    async def close(self) -> None:
-        """Close the connection if one was opened."""
+    async def _close(self, _state: Any) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -159,12 +187,3 @@ class Recorder:
     async def stamp(self, name: str, field: str | int) -> None:
         """Note when ``field`` finished (epoch seconds) in the hash ``name``."""
         await self.client.hset(self.settings.record(name), str(field), time.time())
-
-
-def attach_recorder(broker: AsyncBroker, recorder: Recorder) -> None:
-    """Close the recorder when the worker shuts down."""
-
-    async def close(_state: Any) -> None:
-        await recorder.close()
-
-    broker.add_event_handler(TaskiqEvents.WORKER_SHUTDOWN, close)

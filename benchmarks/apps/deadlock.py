@@ -8,13 +8,12 @@ in how an album is put together.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
-from taskiq import AsyncBroker, AsyncTaskiqDecoratedTask
+from taskiq import AsyncBroker
 from taskiq.exceptions import TaskiqResultTimeoutError
 
-from benchmarks.apps.common import AppSettings, Recorder, attach_recorder, make_broker
+from benchmarks.apps.common import App, AppSettings
 from taskiq_fanin import GroupResult, Signature, group, group_task
 
 #: Resize jobs per album, as in the seed.
@@ -22,34 +21,18 @@ IMAGES = 5
 #: How long one resize takes, as in the seed.
 RESIZE_SECONDS = 0.2
 
-Task = AsyncTaskiqDecoratedTask[Any, Any]
 
-
-@dataclass(frozen=True)
-class DeadlockApp:
-    """The broker and the tasks of one run."""
-
-    broker: AsyncBroker
-    resize: Task
-    album_waiting: Task
-    make_album: Task
-    publish: Task
-    album_parent: Task
-
-
-def build(settings: AppSettings, *, burst: bool = False) -> DeadlockApp:
+def build(settings: AppSettings, *, burst: bool = False) -> App:
     """Register the album tasks on a broker for ``settings``."""
-    broker = make_broker(settings, burst=burst)
-    recorder = Recorder(settings)
-    attach_recorder(broker, recorder)
+    app = App(settings, burst=burst)
 
-    @broker.task(task_name="bench.deadlock.resize")
+    @app.task("bench.deadlock.resize")
     async def resize(album: int, image: int) -> str:
         await asyncio.sleep(RESIZE_SECONDS)
-        await recorder.stamp("children", f"{album}:{image}")
+        await app.stamp("children", f"{album}:{image}")
         return f"{album}/{image}.jpg"
 
-    @broker.task(task_name="bench.deadlock.album_waiting")
+    @app.task("bench.deadlock.album_waiting")
     async def album_waiting(album: int) -> None:
         # The pattern under test: this slot is held while the children run.
         children = [await resize.kiq(album, image) for image in range(IMAGES)]
@@ -57,27 +40,27 @@ def build(settings: AppSettings, *, burst: bool = False) -> DeadlockApp:
             for child in children:
                 await child.wait_result(timeout=settings.wait_timeout)
         except TaskiqResultTimeoutError:
-            await recorder.stamp("gave_up", album)
+            await app.stamp("gave_up", album)
             return
-        await recorder.stamp("albums", album)
+        await app.stamp("albums", album)
 
-    @broker.task(task_name="bench.deadlock.album_parent")
+    @app.task("bench.deadlock.album_parent")
     async def album_parent(album: int) -> None:
         # The reference: a parent that kicks its children with taskiq alone and
         # ends (nothing runs when they are done): what a parent hop costs.
         await asyncio.gather(*(resize.kiq(album, image) for image in range(IMAGES)))
 
-    @broker.task(task_name="bench.deadlock.publish")
+    @app.task("bench.deadlock.publish")
     async def publish(result: GroupResult, album: int) -> None:
-        await recorder.stamp("albums", album)
+        await app.stamp("albums", album)
 
-    @broker.task(task_name="bench.deadlock.make_album")
+    @app.task("bench.deadlock.make_album")
     @group_task()
     async def make_album(album: int) -> Any:
         members = [Signature.of(resize, album, image) for image in range(IMAGES)]
         return group(members, then=Signature.of(publish, album))
 
-    return DeadlockApp(broker, resize, album_waiting, make_album, publish, album_parent)
+    return app
 
 
 def worker_broker() -> AsyncBroker:

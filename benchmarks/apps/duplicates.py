@@ -7,70 +7,54 @@ continuation that starts before that set is full fired early.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
-from taskiq import AsyncBroker, AsyncTaskiqDecoratedTask
+from taskiq import AsyncBroker
 
-from benchmarks.apps.common import AppSettings, Recorder, attach_recorder, make_broker
+from benchmarks.apps.common import App, AppSettings
 from taskiq_fanin import GroupResult
 
 #: Children per album, as in the seed.
 IMAGES = 5
 
-Task = AsyncTaskiqDecoratedTask[Any, Any]
 
-
-@dataclass(frozen=True)
-class DuplicatesApp:
-    """The broker and the tasks of one run."""
-
-    broker: AsyncBroker
-    counter_child: Task
-    counter_publish: Task
-    set_child: Task
-    set_publish: Task
-
-
-def build(settings: AppSettings, *middlewares: Any) -> DuplicatesApp:
+def build(settings: AppSettings, *middlewares: Any) -> App:
     """Register both sides' tasks on a broker for ``settings``."""
-    broker = make_broker(settings, *middlewares)
-    recorder = Recorder(settings)
-    attach_recorder(broker, recorder)
+    app = App(settings, *middlewares)
     rec = settings.record
 
     async def work(album: int, image: int, seconds: float) -> None:
-        await recorder.client.incr(rec("deliveries"))
+        await app.client.incr(rec("deliveries"))
         await asyncio.sleep(seconds)
-        await recorder.client.sadd(rec(f"finished:{album}"), image)
+        await app.client.sadd(rec(f"finished:{album}"), image)
 
     async def fired(album: int) -> None:
         # Checked first thing: were all distinct children finished when we started?
-        finished = await recorder.client.scard(rec(f"finished:{album}"))
+        finished = await app.client.scard(rec(f"finished:{album}"))
         if finished < IMAGES:
-            await recorder.client.sadd(rec("early"), album)
-        await recorder.client.hincrby(rec("fires"), str(album), 1)
+            await app.client.sadd(rec("early"), album)
+        await app.client.hincrby(rec("fires"), str(album), 1)
 
-    @broker.task(task_name="bench.dup.counter_publish")
+    @app.task("bench.dup.counter_publish")
     async def counter_publish(album: int) -> None:
         await fired(album)
 
-    @broker.task(task_name="bench.dup.counter_child")
+    @app.task("bench.dup.counter_child")
     async def counter_child(album: int, image: int, seconds: float) -> None:
         await work(album, image, seconds)
         # The naive fan-in: every delivery counts, duplicates too.
-        if await recorder.client.incr(rec(f"count:{album}")) == IMAGES:
+        if await app.client.incr(rec(f"count:{album}")) == IMAGES:
             await counter_publish.kiq(album)
 
-    @broker.task(task_name="bench.dup.set_child")
+    @app.task("bench.dup.set_child")
     async def set_child(album: int, image: int, seconds: float) -> None:
         await work(album, image, seconds)
 
-    @broker.task(task_name="bench.dup.set_publish")
+    @app.task("bench.dup.set_publish")
     async def set_publish(result: GroupResult, album: int) -> None:
         await fired(album)
 
-    return DuplicatesApp(broker, counter_child, counter_publish, set_child, set_publish)
+    return app
 
 
 def worker_broker() -> AsyncBroker:

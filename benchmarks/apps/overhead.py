@@ -7,29 +7,15 @@ SCAN and a MEMORY USAGE per key, once per group, charged to the fan-in's time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
-from taskiq import AsyncBroker, AsyncTaskiqDecoratedTask
+from taskiq import AsyncBroker
 
-from benchmarks.apps.common import AppSettings, Recorder, attach_recorder, make_broker
+from benchmarks.apps.common import App, AppSettings
 from taskiq_fanin import GroupResult
-
-Task = AsyncTaskiqDecoratedTask[Any, Any]
 
 #: SCAN page size when measuring the group's keys.
 _SCAN_COUNT = 1000
-
-
-@dataclass(frozen=True)
-class OverheadApp:
-    """The broker and the tasks of one run."""
-
-    broker: AsyncBroker
-    noop: Task
-    then: Task
 
 
 async def group_memory(settings: AppSettings, group_id: str) -> tuple[int, int]:
@@ -50,29 +36,27 @@ async def group_memory(settings: AppSettings, group_id: str) -> tuple[int, int]:
     return total, keys
 
 
-def build(settings: AppSettings) -> OverheadApp:
+def build(settings: AppSettings) -> App:
     """Register the no-op child and the continuation for ``settings``."""
-    broker = make_broker(settings)
-    recorder = Recorder(settings)
-    attach_recorder(broker, recorder)
+    app = App(settings)
 
-    @broker.task(task_name="bench.overhead.noop")
+    @app.task("bench.overhead.noop")
     async def noop(index: int) -> None:
         return None
 
-    @broker.task(task_name="bench.overhead.then")
+    @app.task("bench.overhead.then")
     async def then(result: GroupResult, measure: bool) -> None:
         if measure:
             try:
                 total, keys = await group_memory(settings, result.group_id)
             except ResponseError:  # fakeredis has no MEMORY USAGE
                 return
-            await recorder.client.hset(
+            await app.client.hset(
                 settings.record("memory"),
                 mapping={"bytes": total, "keys": keys, "members": result.total},
             )
 
-    return OverheadApp(broker, noop, then)
+    return app
 
 
 def worker_broker() -> AsyncBroker:
