@@ -739,6 +739,7 @@ async def test_a_continuation_or_step_killed_mid_run_runs_again_once(
                     timeout=RECOVERY,
                     what=f"{hang} to finish, or the stream to drain",
                 )
+                await eventually(rig.drained, timeout=RECOVERY, what="the drain")
                 done = await finished()
             deliveries = await rig.delivered_id(hang)
             completed_runs = (
