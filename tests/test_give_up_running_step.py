@@ -81,8 +81,8 @@ async def test_a_step_that_ends_after_its_chain_was_given_up_is_compensated(
     assert (finding.action, finding.applied) == (SweepAction.GIVE_UP, True)
     assert status.state.value == "failed"
     assert "ship" not in ran
-    # "charge" did its work after the give-up: the saga must undo it too, as a
-    # cancel does for its running step. Today: undone == ["reserve"], silently.
+    # "charge" did its work after the give-up: the saga undoes it too, as a
+    # cancel does for its running step (before: undone == ["reserve"], silently).
     assert sorted(undone) == ["charge", "reserve"]
 
 
