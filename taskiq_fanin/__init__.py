@@ -7,7 +7,7 @@ Here are the verbs, the handles, what continuations and status hand back, the
 middleware and the error base. The rest is in a few submodules, each with its
 own ``__all__``: ``taskiq_fanin.errors`` (every error), ``taskiq_fanin.models``
 (options, policies, states), ``taskiq_fanin.sweeping`` (the sweep task and its
-report) and ``taskiq_fanin.inspect`` (status by kind, listings).
+report) and ``taskiq_fanin.inspection`` (status by kind, listings).
 """
 
 from taskiq_fanin.api.chains import ChainHandle, chain

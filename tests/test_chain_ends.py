@@ -23,7 +23,7 @@ from taskiq_fanin import (
 )
 from taskiq_fanin.chains import progress, saga
 from taskiq_fanin.errors import MemberNotSerializableError
-from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState
 from taskiq_fanin.sweeping import SweepAction, SweepReport
 from tests.harness import SentMessages, drained, eventually, stream_broker, worker

@@ -19,7 +19,7 @@ from taskiq_fanin import (
     group,
 )
 from taskiq_fanin.errors import NestingTooDeepError
-from taskiq_fanin.inspect import chain_status
+from taskiq_fanin.inspection import chain_status
 from taskiq_fanin.models import ChainState
 from tests.harness import (
     DuplicatingMiddleware,

@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio import RedisCluster
 
 from taskiq_fanin import GroupResult, Signature, group
-from taskiq_fanin.inspect import group_status
+from taskiq_fanin.inspection import group_status
 from tests.harness import SentMessages, drained, eventually, stream_broker, worker
 
 pytestmark = pytest.mark.cluster

@@ -34,7 +34,7 @@ from taskiq_fanin import (
 )
 from taskiq_fanin.api.broker import find_fanin
 from taskiq_fanin.errors import InvalidOptionError
-from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.model.ids import member_task_id
 from taskiq_fanin.store.keys import index_key, sweep_lock_key
 from taskiq_fanin.store.queue_kicks import PipelinedBroker, kicking_broker

@@ -24,7 +24,7 @@ import pytest
 from redis.exceptions import RedisError
 
 from taskiq_fanin import ChainHandle, Signature, chain, group, sweep
-from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.sweeping import FindingKind, SweepAction, SweepReport
 from tests.fault_harness import (
     AOF,

@@ -26,7 +26,7 @@ from taskiq_fanin import (
 from taskiq_fanin.api import group_task as group_task_module
 from taskiq_fanin.api.control import Kind, resolve
 from taskiq_fanin.errors import IdInUseError, InvalidChainIdError, InvalidGroupError
-from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.model.ids import (
     LONGEST_DERIVED_ID,
     LONGEST_ID,

@@ -16,7 +16,7 @@ from taskiq.schedule_sources import LabelScheduleSource
 
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group, sweep
 from taskiq_fanin.api.broker import find_fanin
-from taskiq_fanin.inspect import group_status
+from taskiq_fanin.inspection import group_status
 from taskiq_fanin.model.labels import CONTINUATION_LABEL
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.sweeping import (

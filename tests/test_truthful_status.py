@@ -23,7 +23,7 @@ from taskiq_fanin import (
 )
 from taskiq_fanin.groups.inspection import status_from_meta
 from taskiq_fanin.groups.recording import error_payload
-from taskiq_fanin.inspect import chain_status
+from taskiq_fanin.inspection import chain_status
 from taskiq_fanin.model.errors import GroupStepFailedError
 from taskiq_fanin.model.results import MEMBERS_KEPT, StepError, from_millis
 from taskiq_fanin.models import ChainState, GroupState
