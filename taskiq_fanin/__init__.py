@@ -7,7 +7,7 @@ Here are the verbs, the handles, what continuations and status hand back, the
 middleware and the error base. The rest is in a few submodules, each with its
 own ``__all__``: ``taskiq_fanin.errors`` (every error), ``taskiq_fanin.models``
 (options, policies, states), ``taskiq_fanin.sweeping`` (the sweep task and its
-report) and ``taskiq_fanin.inspect`` (status by kind, listings).
+report) and ``taskiq_fanin.inspection`` (status by kind, listings).
 """
 
 from taskiq_fanin.api.chains import ChainHandle, chain
@@ -16,10 +16,10 @@ from taskiq_fanin.api.group_task import group_task
 from taskiq_fanin.api.groups import GroupHandle, group, group_handle
 from taskiq_fanin.api.sweeping import sweep
 from taskiq_fanin.model.errors import FanInError
+from taskiq_fanin.model.group_result import GroupResult
 from taskiq_fanin.model.results import (
     ChainFailure,
     ChainStatus,
-    GroupResult,
     GroupStatus,
     MemberError,
 )

@@ -19,6 +19,7 @@ from taskiq import AsyncBroker, TaskiqMessage
 
 from taskiq_fanin.model.config import FanInConfig
 from taskiq_fanin.model.errors import MiddlewareNotFoundError
+from taskiq_fanin.model.group_result import running_pages
 from taskiq_fanin.model.labels import MemberRef
 from taskiq_fanin.model.spec import ChainSpec
 from taskiq_fanin.store.chain_scripts import ChainScripts
@@ -27,6 +28,7 @@ from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.queue_kicks import kicking_broker
+from taskiq_fanin.store.result_pages import ResultPageReader
 
 #: Who claims a finaliser's lease, for inspection.
 CLAIMANT = f"{socket.gethostname()}:{os.getpid()}"
@@ -109,6 +111,8 @@ class FanInContext:
     on_broker: AsyncBroker | None
     #: What the library's kicks go through: the broker, pipelined where it can be.
     pipelined: AsyncBroker | None
+    #: Reads by-reference ``GroupResult`` s in pages.
+    result_pages: ResultPageReader
 
     @classmethod
     def create(
@@ -132,6 +136,7 @@ class FanInContext:
             check_chain=check_chain,
             on_broker=broker,
             pipelined=kicking_broker(broker) if broker is not None else None,
+            result_pages=ResultPageReader(config.prefix, pipeline),
         )
 
     @property
@@ -169,3 +174,19 @@ class FanInContext:
 current_run: ContextVar[tuple[FanInContext, TaskiqMessage] | None] = ContextVar(
     "taskiq_fanin_current_run", default=None
 )
+
+
+def enter_run(ctx: FanInContext, message: TaskiqMessage) -> None:
+    """The body of ``message`` is about to run here, under ``ctx``.
+
+    It plans groups through it (``@group_task``), and reads a by-reference
+    ``GroupResult`` through its pages.
+    """
+    current_run.set((ctx, message))
+    running_pages.set(ctx.result_pages)
+
+
+def leave_run() -> None:
+    """No body runs here any more: nothing may find its context."""
+    current_run.set(None)
+    running_pages.set(None)

@@ -27,7 +27,13 @@ from taskiq import (
 from taskiq.receiver import Receiver
 from taskiq_redis import RedisStreamBroker
 
-from local_redis import DuplicatingMiddleware, TaskiqWorker, eventually, stream_drained
+from local_redis import (
+    CONSUMER_GROUP,
+    DuplicatingMiddleware,
+    TaskiqWorker,
+    eventually,
+    stream_drained,
+)
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.store.client import RedisClient
 
@@ -158,7 +164,11 @@ async def worker(
 
 
 async def drained(
-    broker: RedisStreamBroker, receiver: HandlingReceiver, *, timeout: float = 20.0
+    broker: RedisStreamBroker,
+    receiver: HandlingReceiver,
+    *,
+    abandoned: int = 0,
+    timeout: float = 20.0,
 ) -> None:
     """Wait until nothing more will run: then a test may count what ran.
 
@@ -171,12 +181,21 @@ async def drained(
     nothing already sent can make anything run, and a wrong second event has
     already happened; a fixed sleep instead passes when it comes late. Only a
     new kick from outside (the test, a sweep) runs anything after.
+
+    ``abandoned``: how many messages the test's fault left unacknowledged on
+    purpose (a worker that "died" holding them); exactly those stay pending.
     """
     client = Redis(connection_pool=broker.connection_pool)
     stream = broker.queue_name
 
     async def nothing_left() -> bool:
-        return await stream_drained(client, stream) and receiver.handling == 0
+        if receiver.handling:
+            return False
+        if not abandoned:
+            return await stream_drained(client, stream)
+        groups = await client.xinfo_groups(stream)
+        (found,) = [g for g in groups if g["name"] == CONSUMER_GROUP.encode()]
+        return bool(found["lag"] == 0 and found["pending"] == abandoned)
 
     try:
         await eventually(

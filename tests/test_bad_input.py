@@ -29,7 +29,7 @@ from taskiq_fanin.errors import (
     MiddlewareNotFoundError,
     UnknownTaskError,
 )
-from taskiq_fanin.inspect import group_status
+from taskiq_fanin.inspection import group_status
 from tests.harness import eventually
 
 broker = InMemoryBroker()

@@ -23,10 +23,10 @@ from taskiq_fanin import (
 )
 from taskiq_fanin.chains import progress, saga
 from taskiq_fanin.errors import MemberNotSerializableError
-from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState
 from taskiq_fanin.sweeping import SweepAction, SweepReport
-from tests.harness import SentMessages, eventually, stream_broker, worker
+from tests.harness import SentMessages, drained, eventually, stream_broker, worker
 
 SHORT = 0.3  # seconds: a deadline short enough for the sweep to look within a test
 
@@ -89,7 +89,7 @@ async def test_a_result_too_large_for_the_next_group_step_fails_the_step(
     async def then(result: GroupResult) -> None:
         results.append(result)
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         member = chain(
             Signature.of(big).with_compensation(Signature.of(refund, 5)),
             group([Signature.of(use)]),
@@ -100,12 +100,14 @@ async def test_a_result_too_large_for_the_next_group_step_fails_the_step(
         await eventually(lambda: len(failures) == 1, what="on_error")
         await eventually(lambda: refunds == [5], what="the step's compensation")
         status = await chain_status(fanin, "outer~0")
+        await drained(broker, receiver)
 
     assert status.state is ChainState.FAILED
     assert status.failed_step == 0
     assert status.error is not None
     assert status.error.type == "MemberTooLargeError"
-    assert failures[0].step == 0
+    assert [failure.step for failure in failures] == [0]
+    assert refunds == [5]  # the step's compensation, once
     assert results[0].failed[0].type == "MemberTooLargeError"
 
 
@@ -132,7 +134,7 @@ async def test_cancelling_during_the_last_step_undoes_it_and_cancels_the_member(
     async def then(result: GroupResult) -> None:
         results.append(result)
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         member = chain(
             *[
                 Signature.of(step, name)
@@ -152,6 +154,7 @@ async def test_cancelling_during_the_last_step_undoes_it_and_cancels_the_member(
                 what=f"{undo_id} to end",
             )
         status = await chain_status(fanin, "g~0")
+        await drained(broker, receiver)
 
     assert status.state is ChainState.CANCELLED
     assert sorted(journal[2:]) == ["undo first", "undo last"]
@@ -220,7 +223,7 @@ async def test_a_cancel_that_died_half_way_is_carried_out_by_the_next_call(
         monkeypatch.setattr(saga, "compensate", compensate)
         raise ConnectionError("the caller's Redis went away")
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         handle = await chain(
             *[
                 Signature.of(step, n)
@@ -242,6 +245,7 @@ async def test_a_cancel_that_died_half_way_is_carried_out_by_the_next_call(
             what="the compensations to end",
         )
         await eventually(lambda: len(journal) == 4, what="step 2 undone")
+        await drained(broker, receiver)
 
     assert sorted(journal[2:]) == ["undo 1", "undo 2"]
 
@@ -270,7 +274,7 @@ async def test_the_sweep_finishes_a_cancel_whose_caller_died(
     async def dies(*args: Any, **kwargs: Any) -> None:
         raise ConnectionError("the caller's Redis went away")
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         handle = await chain(
             Signature.of(step, "1").with_compensation(Signature.of(undo, "1")),
             Signature.of(hold).immutable(),
@@ -286,6 +290,9 @@ async def test_the_sweep_finishes_a_cancel_whose_caller_died(
             what="the sweep to start the compensations",
         )
         await eventually(lambda: "undo 1" in journal, what="the compensation")
+        await drained(broker, receiver)
+
+    assert journal == ["1", "undo 1"]  # the compensation, once
 
 
 async def test_the_sweep_records_the_member_of_a_chain_that_ended_unrecorded(
@@ -375,7 +382,7 @@ async def test_a_last_step_undo_lost_with_its_worker_is_started_by_the_sweep(
         """The record moved; this worker starts nothing more."""
 
     monkeypatch.setattr(saga, "undo_cancelled_step", dies)
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         handle = await chain(
             Signature.of(step, "only").with_compensation(Signature.of(undo, "only"))
         ).kiq(broker)
@@ -387,6 +394,7 @@ async def test_a_last_step_undo_lost_with_its_worker_is_started_by_the_sweep(
             what="the sweep to start the step's compensation",
         )
         await eventually(lambda: "undo only" in journal, what="the compensation")
+        await drained(broker, receiver)
 
     assert journal == ["only", "undo only"]
 
@@ -431,12 +439,13 @@ async def test_a_redriven_chain_member_that_had_ended_is_recorded_not_rerun(
         redis_url, key_prefix, deadline=SHORT, sweep_policy="redrive"
     )
     app = UnrecordedMember(broker, monkeypatch)
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         await app.run_until_the_chain_is_done(fanin)
         await eventually(
             lambda: app.swept_until_recorded(fanin), what="the sweep to record it"
         )
         rerun = await chain_status(fanin, "g~0~r1")
+        await drained(broker, receiver)
     reports = app.reports
 
     assert app.results[0].results == [4]

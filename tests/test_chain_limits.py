@@ -13,7 +13,7 @@ from taskiq_fanin import ChainHandle, Signature, chain, group
 from taskiq_fanin.chains.cursor import CHAIN_LABEL
 from taskiq_fanin.errors import ArgumentsMismatchError, MemberTooLargeError
 from taskiq_fanin.models import ChainState
-from tests.harness import SentMessages, eventually, stream_broker, worker
+from tests.harness import SentMessages, drained, eventually, stream_broker, worker
 
 BIG = "x" * 200_000
 
@@ -135,12 +135,13 @@ async def test_a_plan_just_under_the_cap_runs_with_its_labels_under_it(
         ran.append(len(value))
 
     steps = [Signature.of(step, "x" * 1_500).immutable()] * 4
-    async with worker(broker, max_async_tasks=1):
+    async with worker(broker, max_async_tasks=1) as receiver:
         handle = await chain(*steps).kiq(broker)
         await eventually(lambda: len(ran) == 4, what="the four steps")
         await eventually(
             lambda: _state_is(handle, ChainState.DONE), what="the chain to end"
         )
+        await drained(broker, receiver)
 
     labels = [len(m.labels.get(CHAIN_LABEL, "")) for m in sent.of_task(step.task_name)]
     assert len(labels) == 4

@@ -19,11 +19,12 @@ from taskiq_fanin import (
     group,
 )
 from taskiq_fanin.errors import NestingTooDeepError
-from taskiq_fanin.inspect import chain_status
+from taskiq_fanin.inspection import chain_status
 from taskiq_fanin.models import ChainState
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,
+    drained,
     eventually,
     stream_broker,
     worker,
@@ -41,13 +42,14 @@ async def test_a_chain_of_twenty_steps_completes_with_one_slot(
         seen.append(value)
         return value + 1
 
-    async with worker(broker, max_async_tasks=1):
+    async with worker(broker, max_async_tasks=1) as receiver:
         steps = [Signature.of(add_one, 0), *[Signature.of(add_one)] * 19]
         handle = await chain(*steps).kiq(broker)
         await eventually(
             lambda: _chain_state(handle, ChainState.DONE), what="the chain to end"
         )
         status = await handle.status()
+        await drained(broker, receiver)
 
     assert seen == list(range(20))
     assert (status.step, status.steps) == (20, 20)
@@ -72,7 +74,7 @@ async def test_a_group_in_the_middle_of_a_chain_completes_with_one_slot(
     async def notify(result: GroupResult, tag: str) -> None:
         finished.append((len(tag), result.results))
 
-    async with worker(broker, max_async_tasks=1):
+    async with worker(broker, max_async_tasks=1) as receiver:
         handle = await chain(
             Signature.of(probe, "video"),
             group([Signature.of(transcode, r) for r in range(5)]),
@@ -80,6 +82,7 @@ async def test_a_group_in_the_middle_of_a_chain_completes_with_one_slot(
         ).kiq(broker)
         await eventually(lambda: len(finished) == 1, what="notify")
         await eventually(lambda: _chain_state(handle, ChainState.DONE), what="done")
+        await drained(broker, receiver)
 
     # Each transcode took probe's result (5) first, as any next step would.
     assert finished == [(4, [0, 5, 10, 15, 20])]
@@ -111,7 +114,7 @@ async def test_the_group_step_passes_the_previous_result_to_its_members(
     async def collect(result: GroupResult) -> None:
         results.append(result.results)
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         await chain(
             Signature.of(first),
             group(
@@ -125,6 +128,7 @@ async def test_the_group_step_passes_the_previous_result_to_its_members(
             Signature.of(collect),
         ).kiq(broker)
         await eventually(lambda: len(results) == 1, what="collect")
+        await drained(broker, receiver)
 
     # As Celery's chain into a group: each member takes the previous result first.
     assert results == [[30, 300, 7, 12]]
@@ -143,7 +147,7 @@ async def test_a_step_delivered_twice_enqueues_its_next_step_once(
         runs[name] += 1
         return name
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         handle = await chain(
             Signature.of(step, "a"),
             Signature.of(step, "b").immutable(),
@@ -154,6 +158,7 @@ async def test_a_step_delivered_twice_enqueues_its_next_step_once(
         await eventually(
             lambda: sent.executions_of(step.task_name) == 5, what="the duplicate"
         )
+        await drained(broker, receiver)
 
     assert len(twice.duplicated) == 1
     assert runs["c"] == 1
@@ -180,9 +185,10 @@ async def test_a_step_retried_after_a_failure_enqueues_its_next_step_once(
     async def last(value: str) -> None:
         ends.append(value)
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         handle = await chain(Signature.of(flaky, "x"), Signature.of(last)).kiq(broker)
         await eventually(lambda: _chain_state(handle, ChainState.DONE), what="done")
+        await drained(broker, receiver)
 
     assert attempts["x"] == 2
     assert ends == ["x!"]
@@ -212,7 +218,7 @@ async def test_a_group_of_three_step_chains_continues_once_after_every_chain(
         chains_now = [await chain_status(fanin, f"{group_id}~{i}") for i in range(6)]
         return {c.state for c in chains_now} == {ChainState.DONE}
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         members = [
             chain(Signature.of(start, i), Signature.of(double), Signature.of(double))
             for i in range(6)
@@ -226,6 +232,7 @@ async def test_a_group_of_three_step_chains_continues_once_after_every_chain(
         # own record (a crash in between redelivers the step, which records
         # nothing twice), so the records may close just after the continuation.
         await eventually(lambda: chains_done(handle.group_id), what="every chain")
+        await drained(broker, receiver)
 
     (result,) = continued
     assert result.results == [i * 4 for i in range(6)]
@@ -255,7 +262,7 @@ async def test_a_terminal_failure_at_step_three_compensates_steps_two_and_one(
     async def on_error(failure: ChainFailure) -> None:
         failures.append(failure)
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         steps = [
             Signature.of(do, name)
             .immutable()
@@ -270,6 +277,7 @@ async def test_a_terminal_failure_at_step_three_compensates_steps_two_and_one(
             what="the compensations to end",
         )
         status = await handle.status()
+        await drained(broker, receiver)
 
     assert journal == ["do 1", "do 2", "do 3", "undo 2", "undo 1"]
     assert (failures[0].step, failures[0].step_name) == (2, do.task_name)
@@ -301,7 +309,7 @@ async def test_cancelling_mid_chain_stops_later_steps(
     async def undo(name: str) -> None:
         journal.append(f"undo {name}")
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         handle = await chain(
             *[
                 Signature.of(step, n)
@@ -325,6 +333,7 @@ async def test_cancelling_mid_chain_stops_later_steps(
                 what="the compensations to end",
             )
         status = await handle.status()
+        await drained(broker, receiver)
 
     # Step 2 was running when the chain was cancelled: it finishes, nothing after
     # it is enqueued, and both step 1 (completed) and step 2 are undone.
@@ -357,7 +366,7 @@ async def test_steps_and_members_not_yet_started_see_the_cancel_flag(
     async def then(result: GroupResult) -> None:
         ran.append("then")
 
-    async with worker(broker, max_async_tasks=1):
+    async with worker(broker, max_async_tasks=1) as receiver:
         await blocker.kiq()  # holds the only slot: what follows waits in the queue
         queued_chain = await chain(Signature.of(work, "step")).kiq(broker)
         queued_group = await group(
@@ -371,6 +380,7 @@ async def test_steps_and_members_not_yet_started_see_the_cancel_flag(
         )
         group_status = await queued_group.status()
         queued_status = await queued_chain.status()
+        await drained(broker, receiver)
 
     assert ran == []
     assert group_status.state.value == "cancelled"
@@ -427,7 +437,7 @@ async def test_a_cancelled_chain_member_fails_its_member_and_the_group_ends(
     async def then(result: GroupResult) -> None:
         results.append(result)
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         members = [chain(Signature.of(slow, n), Signature.of(slow)) for n in range(2)]
         handle = await group(members, then=then, group_id="g").kiq(broker)
         await eventually(
@@ -437,6 +447,7 @@ async def test_a_cancelled_chain_member_fails_its_member_and_the_group_ends(
         release.set()
         await eventually(lambda: len(results) == 1, what="the continuation")
         status = await handle.status()
+        await drained(broker, receiver)
 
     (result,) = results
     assert result.succeeded == [0]

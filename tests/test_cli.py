@@ -19,7 +19,7 @@ from taskiq import AsyncBroker, TaskiqResult
 from local_redis import free_port
 from taskiq_fanin import FanInMiddleware, Signature, chain, group
 from taskiq_fanin.cli.parser import EXIT_MEANINGS, ExitCode
-from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.model.ids import step_id
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys, index_key, sweep_lock_key
 from tests.harness import SentMessages, eventually, stream_broker

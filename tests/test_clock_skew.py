@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group, sweep
-from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from tests.harness import SentMessages, eventually, stream_broker, worker

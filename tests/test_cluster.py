@@ -6,8 +6,8 @@ import pytest
 from redis.asyncio import RedisCluster
 
 from taskiq_fanin import GroupResult, Signature, group
-from taskiq_fanin.inspect import group_status
-from tests.harness import SentMessages, eventually, stream_broker, worker
+from taskiq_fanin.inspection import group_status
+from tests.harness import SentMessages, drained, eventually, stream_broker, worker
 
 pytestmark = pytest.mark.cluster
 
@@ -30,7 +30,7 @@ async def test_groups_on_a_cluster_fan_in_once_each(
 
     group_ids = [f"g{i}" for i in range(12)]
     try:
-        async with worker(broker, max_async_tasks=10):
+        async with worker(broker, max_async_tasks=10) as receiver:
             for group_id in group_ids:
                 members = [Signature.of(member, i) for i in range(4)]
                 await group(members, then=then, group_id=group_id).kiq(broker)
@@ -40,6 +40,7 @@ async def test_groups_on_a_cluster_fan_in_once_each(
                 what="the continuations to complete",
             )
             states = {(await group_status(fanin, g)).state.value for g in group_ids}
+            await drained(broker, receiver)
         slots = {
             cluster.keyslot(f"{key_prefix}:{{{group_id}}}:meta")
             for group_id in group_ids

@@ -39,13 +39,15 @@ def test_the_queue_brokers_attributes_the_pipelined_kicks_rely_on_are_there(
     )
     found = queue_of(stream)
     assert found is not None, "taskiq-redis's RedisStreamBroker changed"
-    assert (found.queue_name, found.pool) == ("jobs", stream.connection_pool)
+    assert found.queue_name == "jobs"
+    assert found.client.connection_pool is stream.connection_pool
     assert stream.maxlen == 7
     assert stream.approximate is False
     listed = ListQueueBroker(redis_url, queue_name="jobs")
     found = queue_of(listed)
     assert found is not None, "taskiq-redis's ListQueueBroker changed"
-    assert (found.queue_name, found.pool) == ("jobs", listed.connection_pool)
+    assert found.queue_name == "jobs"
+    assert found.client.connection_pool is listed.connection_pool
 
 
 def test_a_queue_broker_not_as_expected_is_kicked_through_its_own_kick(

@@ -84,3 +84,30 @@ async def test_drained_fails_while_a_task_is_still_running(
             await drained(broker, receiver, timeout=0.5)
         release.set()
         await drained(broker, receiver)
+
+
+class DiesAfterRunning(TaskiqMiddleware):
+    """The worker "dies" after the body ran: its message stays unacknowledged."""
+
+    def post_execute(self, message: TaskiqMessage, _: TaskiqResult[Any]) -> None:
+        raise RuntimeError("the worker died")
+
+
+async def test_drained_leaves_out_only_the_messages_a_test_abandoned(
+    redis_url: str, key_prefix: str
+) -> None:
+    broker, _ = stream_broker(redis_url, key_prefix, DiesAfterRunning())
+    ran: list[str] = []
+
+    @broker.task
+    async def doomed() -> None:
+        ran.append("doomed")
+
+    async with worker(broker, max_async_tasks=1) as receiver:
+        await doomed.kiq()
+        await eventually(lambda: ran == ["doomed"], what="the body to run")
+        with pytest.raises(AssertionError, match="to drain"):
+            await drained(broker, receiver, timeout=0.5)
+        await drained(broker, receiver, abandoned=1)
+        with pytest.raises(AssertionError, match="to drain"):
+            await drained(broker, receiver, abandoned=2, timeout=0.5)

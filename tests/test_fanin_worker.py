@@ -161,9 +161,10 @@ async def test_a_member_that_fails_for_good_is_in_the_group_result(
     async def then(result: GroupResult) -> None:
         results.append(result)
 
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         await group([Signature.of(member, i) for i in range(3)], then=then).kiq(broker)
         await eventually(lambda: len(results) == 1, what="the continuation")
+        await drained(broker, receiver)
 
     (result,) = results
     assert result.succeeded == [0, 2]
@@ -228,12 +229,13 @@ async def test_a_member_that_succeeds_on_retry_is_recorded_as_done_only(
     async def then(result: GroupResult) -> None:
         results.append(result)
 
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         handle = await group([Signature.of(flaky, i) for i in range(2)], then=then).kiq(
             broker
         )
         await eventually(lambda: len(results) == 1, what="the continuation")
         status = await handle.status()
+        await drained(broker, receiver)
 
     assert attempts[0] == 2
     assert results[0].succeeded == [0, 1]
@@ -259,9 +261,10 @@ async def test_a_member_that_exhausts_its_retries_counts_once_as_failed(
     async def then(result: GroupResult) -> None:
         results.append(result)
 
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         await group([Signature.of(doomed, 0)], then=then).kiq(broker)
         await eventually(lambda: len(results) == 1, what="the continuation")
+        await drained(broker, receiver)
 
     assert len(attempts) == 3
     assert results[0].failed[0].message == "attempt 3"
@@ -282,7 +285,7 @@ async def test_a_redelivered_continuation_that_completed_does_not_run_again(
     async def then(result: GroupResult) -> None:
         ran.append(result.total)
 
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         handle = await group([Signature.of(member, 0)], then=then).kiq(broker)
         await eventually(lambda: len(ran) == 1, what="the continuation")
         await eventually(
@@ -299,6 +302,7 @@ async def test_a_redelivered_continuation_that_completed_does_not_run_again(
             what="both redeliveries to be handled",
         )
         status = await handle.status()
+        await drained(broker, receiver)
 
     assert ran == [1]
     assert status.state.value == "completed"
@@ -365,7 +369,7 @@ async def test_two_copies_of_a_continuation_in_flight_run_its_body_once(
         bodies.append(result.total)
         await release.wait()
 
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         handle = await group([Signature.of(member, 0)], then=then).kiq(broker)
         await eventually(lambda: len(bodies) == 1, what="the first copy to run")
         (continuation,) = sent.of_task(then.task_name)
@@ -379,6 +383,7 @@ async def test_two_copies_of_a_continuation_in_flight_run_its_body_once(
         )
         status = await handle.status()
         pending = await redis_client.xpending(f"{key_prefix}:stream", "taskiq")
+        await drained(broker, receiver, abandoned=1)  # the copy, to come back
 
     assert bodies == [1]
     assert status.state.value == "completed"
@@ -403,10 +408,11 @@ async def test_a_continuation_that_fails_once_runs_again_on_its_retry(
         if len(attempts) == 1:
             raise ConnectionError("transient")
 
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         handle = await group([Signature.of(member, 0)], then=then).kiq(broker)
         await eventually(lambda: len(attempts) == 2, what="the retry to run")
         await eventually(lambda: _completed(handle), what="the group to complete")
+        await drained(broker, receiver)
 
     assert attempts == [1, 1]
 

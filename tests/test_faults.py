@@ -24,7 +24,7 @@ import pytest
 from redis.exceptions import RedisError
 
 from taskiq_fanin import ChainHandle, Signature, chain, group, sweep
-from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.sweeping import FindingKind, SweepAction, SweepReport
 from tests.fault_harness import (
     AOF,
@@ -739,6 +739,7 @@ async def test_a_continuation_or_step_killed_mid_run_runs_again_once(
                     timeout=RECOVERY,
                     what=f"{hang} to finish, or the stream to drain",
                 )
+                await eventually(rig.drained, timeout=RECOVERY, what="the drain")
                 done = await finished()
             deliveries = await rig.delivered_id(hang)
             completed_runs = (

@@ -21,6 +21,7 @@ from taskiq_fanin.models import ChainState
 from taskiq_fanin.store.keys import GroupKeys
 from tests.harness import (
     SentMessages,
+    drained,
     eventually,
     lossy_stream_broker,
     stream_broker,
@@ -50,7 +51,7 @@ async def test_an_empty_group_task_body_runs_its_continuation_at_once(
         members = [Signature.of(resize, album, i) for i in images]
         return group(members, then=Signature.of(publish, album))
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         kicked = await make_album.kiq(7)
         handle = group_handle(broker, kicked)
         await eventually(lambda: len(published) == 1, what="the continuation")
@@ -58,6 +59,7 @@ async def test_an_empty_group_task_body_runs_its_continuation_at_once(
             lambda: sent.executions_of(publish.task_name) == 1, what="its end"
         )
         status = await handle.status()
+        await drained(broker, receiver)
 
     ((album, result),) = published
     assert album == 7
@@ -138,7 +140,7 @@ async def test_annotated_arguments_arrive_as_their_types_even_when_redriven(
 
     when = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
     tags = {"b", "a"}
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         broker.drop.add("json~1")  # the second member is lost on its way
         await group(
             [Signature.of(stamp, when, tags), Signature.of(stamp, when, tags)],
@@ -150,6 +152,7 @@ async def test_annotated_arguments_arrive_as_their_types_even_when_redriven(
             lambda: _redriven(fanin, "json"), what="the sweep to re-drive the other"
         )
         await eventually(lambda: len(seen) == 2, what="the re-driven member")
+        await drained(broker, receiver)
 
     assert seen == [(when, tags), (when, tags)]
     assert all(isinstance(w, datetime) and isinstance(t, set) for w, t in seen)

@@ -32,6 +32,7 @@ EVERY_OPTION: dict[str, tuple[Any, Check]] = {
     "ttl": (600, lambda meta, pttl: meta["ttl"] == "600000" and pttl > 590_000),
     "deadline": (120, lambda meta, _: meta["span"] == "120000"),
     "cancellable": (True, lambda meta, _: meta["cancellable"] == "1"),
+    "results_inline_max": (7, lambda meta, _: meta["inline_max"] == "7"),
 }
 #: The values a ``@group_task`` body overrides its decorator's with.
 OVERRIDES: dict[str, tuple[Any, Check]] = {

@@ -26,7 +26,7 @@ from taskiq_fanin import (
 from taskiq_fanin.api import group_task as group_task_module
 from taskiq_fanin.api.control import Kind, resolve
 from taskiq_fanin.errors import IdInUseError, InvalidChainIdError, InvalidGroupError
-from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.model.ids import (
     LONGEST_DERIVED_ID,
     LONGEST_ID,
@@ -41,6 +41,7 @@ from taskiq_fanin.store.keys import ChainKeys
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,
+    drained,
     eventually,
     stream_broker,
     worker,
@@ -67,7 +68,7 @@ async def test_a_dotted_group_id_does_not_take_a_chains_group_step(
         ran["step"] += 1
         return "x"
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         planned = await group(
             [Signature.of(member, "u1"), Signature.of(member, "u2")],
             then=Signature.of(joined),
@@ -86,6 +87,7 @@ async def test_a_dotted_group_id_does_not_take_a_chains_group_step(
 
         await eventually(chain_done, what="the chain 'vid' to end")
         user_group = await group_status(broker, planned.group_id)
+        await drained(broker, receiver)
 
     assert ran == Counter(u1=1, u2=1, joined=1, a=1, b=1, step=2)
     assert user_group.state is GroupState.COMPLETED
@@ -294,12 +296,12 @@ async def test_a_group_task_member_delivered_twice_plans_its_group_once(
     def fan_out() -> list[Signature]:
         return [Signature.of(leaf, i) for i in range(3)]
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         await group([Signature.of(fan_out)], group_id="G").kiq(broker)
         await eventually(
             lambda: sent.executions_of(fan_out.task_name) == 2, what="the duplicate"
         )
-        await _drained(sent, leaf.task_name)
+        await drained(broker, receiver)
         planned = await group_status(broker, member_task_id("G", 0))
 
     ran = [m.task_id for m in sent.executed if m.task_name == fan_out.task_name]
@@ -343,10 +345,10 @@ async def test_a_group_task_step_run_again_plans_its_group_once(
     def fan_out(previous: int) -> list[Signature]:
         return [Signature.of(leaf, i) for i in range(3)]
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         handle = await chain(Signature.of(begin), Signature.of(fan_out)).kiq(broker)
         await eventually(lambda: len(planned_ids) == 2, what="the retry to plan")
-        await _drained(sent, leaf.task_name)
+        await drained(broker, receiver)
         planned = await group_status(broker, step_id(handle.chain_id, 1))
 
     assert planned_ids == [step_id(handle.chain_id, 1)] * 2
@@ -377,26 +379,18 @@ async def test_a_group_task_as_a_chains_on_error_delivered_twice_plans_once(
     def report(failure: ChainFailure) -> list[Signature]:
         return [Signature.of(leaf, i) for i in range(3)]
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         handle = await chain(
             Signature.of(fails), chain_id="C", on_error=Signature.of(report)
         ).kiq(broker)
         await eventually(
             lambda: sent.executions_of(report.task_name) == 2, what="the duplicate"
         )
-        await _drained(sent, leaf.task_name)
+        await drained(broker, receiver)
         planned = await group_status(broker, chain_on_error_id(handle.chain_id))
 
     assert planned.total == 3
     assert sent.executions_of(leaf.task_name) == 3
-
-
-async def _drained(sent: SentMessages, task_name: str) -> None:
-    """Every message of ``task_name`` sent has run (a second group would send more)."""
-    await eventually(
-        lambda: 0 < sent.executions_of(task_name) == len(sent.of_task(task_name)),
-        what=f"every {task_name} to run",
-    )
 
 
 async def test_a_hand_set_task_id_cannot_take_a_derived_group_id(
@@ -413,11 +407,12 @@ async def test_a_hand_set_task_id_cannot_take_a_derived_group_id(
     def fan_out() -> list[Signature]:
         return [Signature.of(leaf)]
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         await fan_out.kicker().with_task_id(member_task_id("G", 0)).kiq()
         await eventually(lambda: sent.executions_of(leaf.task_name) == 1, what="leaf")
         (message,) = sent.of_task(leaf.task_name)
         taken = await group_status(broker, member_task_id("G", 0))
+        await drained(broker, receiver)
 
     assert taken.state is GroupState.MISSING
     assert not message.task_id.startswith(member_task_id("G", 0))

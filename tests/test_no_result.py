@@ -20,7 +20,7 @@ from taskiq_redis import RedisStreamBroker
 
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group
 from taskiq_fanin.models import ChainState
-from tests.harness import SentMessages, eventually, stream_broker, worker
+from tests.harness import SentMessages, drained, eventually, stream_broker, worker
 
 #: How many attempts a retried task gets in these tests.
 ATTEMPTS = 3
@@ -82,7 +82,7 @@ async def test_a_member_that_raises_no_result_error_counts_as_done_with_none(
     async def then(result: GroupResult) -> None:
         results.append(result)
 
-    async with worker(broker, max_async_tasks=3):
+    async with worker(broker, max_async_tasks=3) as receiver:
         handle = await group(
             [Signature.of(member, i) for i in range(3)], then=then
         ).kiq(broker)
@@ -91,6 +91,7 @@ async def test_a_member_that_raises_no_result_error_counts_as_done_with_none(
             lambda: _group_state_is(handle, "completed"), what="the group to complete"
         )
         status = await handle.status()
+        await drained(broker, receiver)
 
     (result,) = results
     assert result.succeeded == [0, 1, 2]
@@ -118,7 +119,7 @@ async def test_a_chain_step_that_raises_no_result_error_passes_none_on(
         received.append(previous)
         return "end"
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         handle = await chain(
             Signature.of(first), Signature.of(silent), Signature.of(last)
         ).kiq(broker)
@@ -126,6 +127,7 @@ async def test_a_chain_step_that_raises_no_result_error_passes_none_on(
             lambda: _chain_state_is(handle, ChainState.DONE), what="the chain to end"
         )
         status = await handle.status()
+        await drained(broker, receiver)
 
     assert received == [None]
     assert (status.step, status.steps) == (3, 3)
@@ -148,13 +150,14 @@ async def test_no_result_error_on_the_first_attempt_counts_at_once_despite_retri
     async def then(result: GroupResult) -> None:
         seen.append((len(calls), result))
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         handle = await group([Signature.of(silent, 0)], then=then).kiq(broker)
         await eventually(lambda: len(seen) == 1, what="the continuation")
         await eventually(
             lambda: _group_state_is(handle, "completed"), what="the group to complete"
         )
         status = await handle.status()
+        await drained(broker, receiver)
 
     ((calls_then, result),) = seen
     assert calls == [0]  # nothing retried it: a retry is sent before ours records
@@ -183,7 +186,7 @@ async def test_a_member_that_fails_then_succeeds_is_recorded_once_after_its_retr
     async def then(result: GroupResult) -> None:
         seen.append((len(calls), result))
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         handle = await group([Signature.of(flaky, 0)], then=then).kiq(broker)
         await eventually(lambda: len(seen) == 1, what="the continuation")
         await eventually(
@@ -193,6 +196,7 @@ async def test_a_member_that_fails_then_succeeds_is_recorded_once_after_its_retr
             lambda: sent.executions_of(then.task_name) == 1, what="then to be done"
         )
         status = await handle.status()
+        await drained(broker, receiver)
 
     ((calls_then, result),) = seen
     assert calls_then == 2  # the group waited for the second attempt
@@ -220,10 +224,11 @@ async def test_a_member_that_fails_every_attempt_is_failed_after_the_last(
         seen.append((len(calls), result))
 
     attempts = ATTEMPTS if retried else 1
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         handle = await group([Signature.of(doomed, 0)], then=then).kiq(broker)
         await eventually(lambda: len(seen) == 1, what="the continuation")
         status = await handle.status()
+        await drained(broker, receiver)
 
     ((calls_then, result),) = seen
     assert calls_then == attempts
@@ -249,7 +254,7 @@ async def test_a_continuation_that_raises_no_result_error_completes_its_group(
         ran.append(result.total)
         raise NoResultError
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         handle = await group([Signature.of(member, 0)], then=then).kiq(broker)
         await eventually(
             lambda: _group_state_is(handle, "completed"), what="the group to complete"
@@ -257,6 +262,7 @@ async def test_a_continuation_that_raises_no_result_error_completes_its_group(
         await eventually(
             lambda: sent.executions_of(then.task_name) == 1, what="then to be done"
         )
+        await drained(broker, receiver)
 
     assert ran == [1]
     assert len(sent.of_task(then.task_name)) == 1
@@ -282,7 +288,7 @@ async def test_a_chain_step_that_raises_no_result_error_moves_its_chain_on(
         received.append(previous)
         return "end"
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         handle = await chain(
             Signature.of(first), Signature.of(silent), Signature.of(last)
         ).kiq(broker)
@@ -290,6 +296,7 @@ async def test_a_chain_step_that_raises_no_result_error_moves_its_chain_on(
             lambda: _chain_state_is(handle, ChainState.DONE), what="the chain to end"
         )
         status = await handle.status()
+        await drained(broker, receiver)
 
     assert received == [None]
     assert len(sent.of_task(silent.task_name)) == 1
@@ -316,9 +323,10 @@ async def test_a_member_that_requeues_itself_counts_with_its_next_run(
     async def then(result: GroupResult) -> None:
         seen.append((len(calls), result))
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         await group([Signature.of(patient, 0)], then=then).kiq(broker)
         await eventually(lambda: len(seen) == 1, what="the continuation")
+        await drained(broker, receiver)
 
     ((calls_then, result),) = seen
     assert calls_then == 2

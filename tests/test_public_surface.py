@@ -15,7 +15,7 @@ import taskiq_fanin.errors
 from taskiq_fanin.model.errors import FanInError
 
 #: The submodules users import from, beside the top level.
-PUBLIC_SUBMODULES = ("errors", "inspect", "models", "sweeping")
+PUBLIC_SUBMODULES = ("errors", "inspection", "models", "sweeping")
 #: The most names the top level may hold.
 TOP_LEVEL_AT_MOST = 22
 

@@ -16,7 +16,7 @@ from taskiq.schedule_sources import LabelScheduleSource
 
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group, sweep
 from taskiq_fanin.api.broker import find_fanin
-from taskiq_fanin.inspect import group_status
+from taskiq_fanin.inspection import group_status
 from taskiq_fanin.model.labels import CONTINUATION_LABEL
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.sweeping import (
@@ -28,6 +28,7 @@ from taskiq_fanin.sweeping import (
 )
 from tests.harness import (
     SentMessages,
+    drained,
     eventually,
     lossy_stream_broker,
     worker,
@@ -59,7 +60,7 @@ async def test_a_member_never_dispatched_is_reported_then_redriven_once(
         results.append(result)
 
     broker.drop = {"lost~2"}
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         members = [Signature.of(member, i) for i in range(4)]
         await group(members, then=then, group_id="lost", deadline=SHORT).kiq(broker)
         await eventually(lambda: _done(fanin, "lost", 3), what="three members")
@@ -87,6 +88,7 @@ async def test_a_member_never_dispatched_is_reported_then_redriven_once(
         )
         status = await group_status(fanin, "lost")
         after = await sweep(fanin, dry_run=True)
+        await drained(broker, receiver)
 
     assert sorted(runs) == [0, 1, 2, 3]  # only the missing member ran again
     assert results[0].succeeded == [0, 1, 2, 3]
@@ -159,13 +161,14 @@ async def test_a_finaliser_whose_kick_meets_redis_away_retries_without_the_sweep
     async def then(result: GroupResult) -> None:
         ran.append(result)
 
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         members = [Signature.of(member, i) for i in range(3)]
         await group(members, then=then, group_id="away").kiq(broker)
         await eventually(
             lambda: sent.executions_of(then.task_name) == 1, what="the continuation"
         )
         status = await group_status(fanin, "away")
+        await drained(broker, receiver)
 
     assert fault.failed
     assert [result.results for result in ran] == [[0, 1, 2]]
@@ -192,7 +195,7 @@ async def test_a_finaliser_that_died_after_its_claim_is_recovered_once(
         ran.append(result)
 
     claim = GroupKeys(key_prefix, "crash").claim
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         members = [Signature.of(member, i) for i in range(3)]
         await group(members, then=then, group_id="crash").kiq(broker)
         await eventually(lambda: fault.failed, what="the injected crash")
@@ -208,6 +211,7 @@ async def test_a_finaliser_that_died_after_its_claim_is_recovered_once(
         await eventually(lambda: len(ran) == 1, what="the continuation")
         await eventually(lambda: sent.executions_of(then.task_name) == 1, what="end")
         again = await sweep(fanin)
+        await drained(broker, receiver, abandoned=1)  # the member that "died"
 
     (finding,) = report.findings
     assert (finding.kind, finding.action, finding.applied) == (
@@ -215,7 +219,7 @@ async def test_a_finaliser_that_died_after_its_claim_is_recovered_once(
         SweepAction.REDISPATCH,
         True,
     )
-    assert ran[0].results == [0, 1, 2]
+    assert [result.results for result in ran] == [[0, 1, 2]]
     assert [f.kind for f in again.findings] in ([], [FindingKind.GONE])
 
 
@@ -253,7 +257,7 @@ async def test_give_up_runs_the_continuation_once_with_the_lost_members(
         results.append(result)
 
     broker.drop = {"partial~1", "partial~3"}
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         members = [Signature.of(member, i) for i in range(4)]
         await group(
             members,
@@ -276,6 +280,7 @@ async def test_give_up_runs_the_continuation_once_with_the_lost_members(
         await eventually(
             lambda: sent.executions_of(member.task_name) == 3, what="the late member"
         )
+        await drained(broker, receiver)
 
     (finding,) = report.findings
     assert (finding.action, finding.applied, finding.missing) == (
@@ -474,7 +479,7 @@ async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
         ran.append(result)
 
     broker.drop = {"cont~then"}  # the continuation's message is lost on its way
-    async with worker(broker, max_async_tasks=5):
+    async with worker(broker, max_async_tasks=5) as receiver:
         members = [Signature.of(member, i) for i in range(2)]
         await group(members, then=then, group_id="cont", deadline=SHORT).kiq(broker)
         await eventually(
@@ -486,6 +491,7 @@ async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
         redispatched = await sweep(fanin, policy="redrive")
         await eventually(lambda: len(ran) == 1, what="the continuation")
         await eventually(lambda: sent.executions_of(then.task_name) == 1, what="end")
+        await drained(broker, receiver)
 
     assert [(f.kind, f.action, f.applied) for f in reported.findings] == [
         (FindingKind.CONTINUATION_OVERDUE, SweepAction.REPORT, True)
@@ -493,7 +499,7 @@ async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
     assert [(f.kind, f.action) for f in redispatched.findings] == [
         (FindingKind.CONTINUATION_OVERDUE, SweepAction.REDISPATCH)
     ]
-    assert ran[0].results == [0, 1]
+    assert [result.results for result in ran] == [[0, 1]]
 
 
 async def _state_is(fanin: FanInMiddleware, group_id: str, state: str) -> bool:
@@ -525,7 +531,7 @@ async def test_a_chain_whose_next_step_was_lost_is_reported_then_redriven(
     async def transcode(meta: str) -> None:
         ran.append(f"transcode {meta}")
 
-    async with worker(broker, max_async_tasks=2):
+    async with worker(broker, max_async_tasks=2) as receiver:
         broker.drop = {"video~1"}  # lost on its way, as if the worker died
         handle = await chain(
             Signature.of(probe, "cat"), Signature.of(transcode), chain_id="video"
@@ -539,6 +545,7 @@ async def test_a_chain_whose_next_step_was_lost_is_reported_then_redriven(
         await eventually(
             lambda: _chain_state_is(handle, "done"), what="the chain to end"
         )
+        await drained(broker, receiver)
 
     (finding,) = reported.findings
     assert (finding.group_id, finding.kind) == ("video", FindingKind.CHAIN_STUCK)

@@ -24,10 +24,16 @@ from taskiq_fanin import (
     group,
     sweep,
 )
-from taskiq_fanin.inspect import chain_status, group_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.model.ids import member_task_id, step_id
 from taskiq_fanin.sweeping import FindingKind, SweepAction
-from tests.harness import eventually, lossy_stream_broker, stream_broker, worker
+from tests.harness import (
+    drained,
+    eventually,
+    lossy_stream_broker,
+    stream_broker,
+    worker,
+)
 
 #: The renamed handler: the planner knows it, the worker and the sweep do not.
 UNKNOWN = "deploy:s3"
@@ -93,15 +99,6 @@ class Deploy:
         ).kiq(self.planner)
 
 
-async def drained(redis: Redis, stream: str) -> bool:
-    """Every message added to the stream was delivered and acknowledged."""
-    info = await redis.xinfo_stream(stream)
-    (group,) = await redis.xinfo_groups(stream)
-    return (
-        not group["pending"] and group["last-delivered-id"] == info["last-generated-id"]
-    )
-
-
 async def chain_stuck(fanin: FanInMiddleware, chain_id: str) -> bool:
     report = await sweep(fanin, dry_run=True)
     return any(
@@ -116,15 +113,13 @@ async def test_a_chain_at_a_step_no_worker_knows_is_not_redriven_and_given_up_on
     deploy = Deploy(redis_url, key_prefix)
     await deploy.planner.startup()
     try:
-        async with worker(deploy.workers, max_async_tasks=2):
+        async with worker(deploy.workers, max_async_tasks=2) as receiver:
             await deploy.kick_chain("release")
             await eventually(lambda: deploy.built == ["release"], what="step 1")
             await eventually(
                 lambda: chain_stuck(deploy.fanin, "release"), what="the deadline"
             )
-            await eventually(
-                lambda: drained(redis_client, deploy.stream), what="the drop"
-            )
+            await drained(deploy.workers, receiver)
             kicked = await redis_client.xlen(deploy.stream)
 
             redriven = await sweep(deploy.fanin, policy="redrive")
@@ -145,9 +140,7 @@ async def test_a_chain_at_a_step_no_worker_knows_is_not_redriven_and_given_up_on
             given_up = await sweep(deploy.fanin, policy="give_up")
             await eventually(lambda: len(deploy.undone) == 1, what="the undo")
             await eventually(lambda: len(deploy.failures) == 1, what="on_error")
-            await eventually(
-                lambda: drained(redis_client, deploy.stream), what="the aftermath"
-            )
+            await drained(deploy.workers, receiver)
             status = await chain_status(deploy.fanin, "release")
     finally:
         await deploy.planner.shutdown()
@@ -183,7 +176,7 @@ async def test_group_members_no_worker_knows_are_left_and_the_known_missing_redr
     deploy.planner.drop = {member_task_id("fleet", 1)}  # a known member lost on its way
     await deploy.planner.startup()
     try:
-        async with worker(deploy.workers, max_async_tasks=4):
+        async with worker(deploy.workers, max_async_tasks=4) as receiver:
             await group(members, group_id="fleet", deadline=DEADLINE).kiq(
                 deploy.planner
             )
@@ -191,18 +184,14 @@ async def test_group_members_no_worker_knows_are_left_and_the_known_missing_redr
             await eventually(
                 lambda: overdue(deploy.fanin, "fleet"), what="the deadline"
             )
-            await eventually(
-                lambda: drained(redis_client, deploy.stream), what="the drops"
-            )
+            await drained(deploy.workers, receiver)
             kicked = await redis_client.xlen(deploy.stream)
 
             reported = await sweep(deploy.fanin, dry_run=True)  # policy: report
             dry = await sweep(deploy.fanin, policy="redrive", dry_run=True)
             first = await sweep(deploy.fanin, policy="redrive")
             await eventually(lambda: len(deploy.built) == 2, what="member 1")
-            await eventually(
-                lambda: drained(redis_client, deploy.stream), what="the re-drive"
-            )
+            await drained(deploy.workers, receiver)
             rekicked = [
                 fields[b"data"]
                 for _, fields in (await redis_client.xrange(deploy.stream))[kicked:]
@@ -274,7 +263,7 @@ async def test_a_slow_step_that_ends_after_the_give_up_moves_the_chain_no_more(
     async def on_failure(failure: ChainFailure) -> None:
         failures.append(failure)
 
-    async with worker(broker, max_async_tasks=3):
+    async with worker(broker, max_async_tasks=3) as receiver:
         await chain(
             Signature.of(slow),
             Signature.of(after),
@@ -287,7 +276,7 @@ async def test_a_slow_step_that_ends_after_the_give_up_moves_the_chain_no_more(
         await eventually(lambda: len(failures) == 1, what="on_error")
         release.set()
         await eventually(lambda: "slow ended" in ran, what="the slow step to end")
-        await eventually(lambda: drained(redis_client, stream), what="the end")
+        await drained(broker, receiver)
         status = await chain_status(fanin, "slow")
         task_ids = [
             json.loads(fields[b"data"])["task_id"]
@@ -314,7 +303,7 @@ async def test_a_chain_member_given_up_on_is_recorded_failed_in_its_group(
     member = chain(*deploy.steps("edge"), on_error=Signature.of("deploy:on_failure"))
     await deploy.planner.startup()
     try:
-        async with worker(deploy.workers, max_async_tasks=4):
+        async with worker(deploy.workers, max_async_tasks=4) as receiver:
             # The group's own deadline is far: only its member chain is stuck.
             await group(
                 [member],
@@ -329,9 +318,7 @@ async def test_a_chain_member_given_up_on_is_recorded_failed_in_its_group(
             )
             report = await sweep(deploy.fanin, policy="give_up")
             await eventually(lambda: len(deploy.reports) == 1, what="the group's end")
-            await eventually(
-                lambda: drained(redis_client, deploy.stream), what="the aftermath"
-            )
+            await drained(deploy.workers, receiver)
     finally:
         await deploy.planner.shutdown()
 

@@ -23,13 +23,13 @@ from taskiq_fanin import (
 )
 from taskiq_fanin.groups.inspection import status_from_meta
 from taskiq_fanin.groups.recording import error_payload
-from taskiq_fanin.inspect import chain_status
+from taskiq_fanin.inspection import chain_status
 from taskiq_fanin.model.errors import GroupStepFailedError
 from taskiq_fanin.model.results import MEMBERS_KEPT, StepError, from_millis
 from taskiq_fanin.models import ChainState, GroupState
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.records import GroupMeta
-from tests.harness import SentMessages, eventually, stream_broker, worker
+from tests.harness import SentMessages, drained, eventually, stream_broker, worker
 
 
 async def test_a_cancelled_group_counts_the_members_that_ran_anyway(
@@ -53,7 +53,7 @@ async def test_a_cancelled_group_counts_the_members_that_ran_anyway(
     async def then(result: GroupResult) -> None:
         continued.append(result)
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         handle = await group(
             [Signature.of(member, i) for i in range(3)], then=then, on_error=then
         ).kiq(broker)
@@ -70,6 +70,7 @@ async def test_a_cancelled_group_counts_the_members_that_ran_anyway(
             what="every member to be counted",
         )
         found = await status(broker, handle.group_id)
+        await drained(broker, receiver)
 
     assert found.state is GroupState.CANCELLED
     assert (found.done, found.failed, found.pending) == (2, 1, 0)
@@ -243,7 +244,7 @@ async def test_a_chain_failed_by_its_group_step_names_each_failed_member(
     async def report(failure: ChainFailure, video: str) -> None:
         failures.append(failure)
 
-    async with worker(broker, max_async_tasks=4):
+    async with worker(broker, max_async_tasks=4) as receiver:
         handle = await chain(
             Signature.of(probe, "video"),
             group(
@@ -259,6 +260,7 @@ async def test_a_chain_failed_by_its_group_step_names_each_failed_member(
             what="the chain to fail",
         )
         found = await handle.status()
+        await drained(broker, receiver)
 
     failure = failures[0]
     assert failure.step == 1

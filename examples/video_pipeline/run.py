@@ -18,7 +18,7 @@ from examples.video_pipeline.app import (
     pipeline,
 )
 from taskiq_fanin import ChainStatus
-from taskiq_fanin.inspect import chain_status
+from taskiq_fanin.inspection import chain_status
 from taskiq_fanin.models import ChainState
 
 

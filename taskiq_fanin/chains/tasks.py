@@ -5,10 +5,16 @@ A group step's continuation is one of these: it receives the group's
 chain). The middleware registers them on the user's broker.
 """
 
+from collections.abc import AsyncIterator
+from typing import TypeVar
+
 from taskiq import AsyncBroker
 
 from taskiq_fanin.model.errors import GroupStepFailedError
-from taskiq_fanin.model.results import GroupResult
+from taskiq_fanin.model.group_result import GroupResult
+from taskiq_fanin.model.results import MEMBERS_KEPT
+
+T = TypeVar("T")
 
 #: Carries a chain on past a group step.
 CONTINUE_TASK_NAME = "taskiq_fanin.continue_chain"
@@ -17,33 +23,49 @@ FAIL_TASK_NAME = "taskiq_fanin.fail_chain"
 
 
 async def continue_chain(result: GroupResult) -> GroupResult:
-    """The continuation of a group step: hands the GroupResult to the next step."""
+    """The continuation of a group step: hands the GroupResult to the next step.
+
+    A by-reference one is handed on as it is: its results live until this
+    completes plus the tombstone, and the next step reads them in pages.
+    """
     return result
 
 
 async def fail_chain(result: GroupResult) -> None:
     """The error continuation of a group step (policy fail): fails the chain.
 
-    Its error names each failed member with its own error type and message.
+    Its error names each failed member with its own error type and message
+    (by reference: the first ``MEMBERS_KEPT`` of them, and of the lost).
     """
+    most = MEMBERS_KEPT if result.by_reference else result.total
+    errors = [item async for item in _first(result.iter_failures(), most)]
+    lost = [index async for index in _first(result.iter_lost(), most)]
     details = "".join(
-        f"; member {index}: {error.type}: {error.message}"
-        for index, error in sorted(result.failed.items())
+        f"; member {index}: {error.type}: {error.message}" for index, error in errors
     )
-    if result.lost:
-        details += f"; lost: {', '.join(str(index) for index in result.lost)}"
+    if lost:
+        details += f"; lost: {', '.join(str(index) for index in lost)}"
     raise GroupStepFailedError(
         group_id=result.group_id,
         total=result.total,
         failed=result.failed_count,
-        lost=len(result.lost),
+        lost=result.lost_count,
         details=details,
         member_errors=tuple(
-            (index, error.type, error.message)
-            for index, error in sorted(result.failed.items())
+            (index, error.type, error.message) for index, error in errors
         ),
-        lost_members=tuple(result.lost),
+        lost_members=tuple(lost),
     )
+
+
+async def _first(items: AsyncIterator[T], most: int) -> AsyncIterator[T]:
+    """The first ``most`` items: a by-reference result is read no further."""
+    kept = 0
+    async for item in items:
+        if kept >= most:
+            return
+        yield item
+        kept += 1
 
 
 def register(broker: AsyncBroker) -> None:

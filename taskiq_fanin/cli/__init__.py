@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from redis.exceptions import RedisError
+from redis.exceptions import MovedError, RedisClusterException, RedisError
 from taskiq.abc.cmd import TaskiqCMD
 
 from taskiq_fanin.cli.commands import COMMANDS, open_target
@@ -50,7 +50,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "taskiq-fanin") -> in
         return int(asyncio.run(_run(args)))
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
-    except (NotFoundError, UsageError, FanInError, RedisError, OSError) as exc:
+    except (
+        NotFoundError,
+        UsageError,
+        FanInError,
+        RedisError,
+        RedisClusterException,  # a cluster none of whose nodes answer
+        OSError,
+    ) as exc:
         return _failed(exc, prog)
 
 
@@ -60,7 +67,10 @@ def _failed(exc: Exception, prog: str) -> ExitCode:
         message, code = str(exc), ExitCode.NOT_FOUND
     elif isinstance(exc, UsageError | FanInError):
         message, code = f"error: {exc}", ExitCode.USAGE
-    elif isinstance(exc, RedisError):
+    elif isinstance(exc, MovedError):  # a plain client's command on a cluster
+        message = f"Redis: MOVED {exc}: this Redis is a Cluster node: pass --cluster"
+        code = ExitCode.UNREACHABLE
+    elif isinstance(exc, RedisError | RedisClusterException):
         message, code = f"Redis: {exc}", ExitCode.UNREACHABLE
     else:  # OSError: the user's broker, when it is not on Redis
         message, code = f"{type(exc).__name__}: {exc}", ExitCode.UNREACHABLE

@@ -60,7 +60,7 @@ def _import_broker(spec: str) -> AsyncBroker:
 def open_target(args: argparse.Namespace) -> tuple[FanInMiddleware, Startable]:
     """The FanInMiddleware to use, and the broker (or itself) to start and stop."""
     if args.broker:
-        if args.redis_url or args.prefix:
+        if args.redis_url or args.prefix or args.cluster:
             raise UsageError("--broker brings its own Redis and prefix: drop the rest")
         broker = _import_broker(args.broker)
         return find_fanin(broker), broker
@@ -70,7 +70,9 @@ def open_target(args: argparse.Namespace) -> tuple[FanInMiddleware, Startable]:
     url = args.redis_url or os.environ.get("REDIS_URL")
     if not url:
         raise UsageError("no Redis: pass --redis-url or set REDIS_URL")
-    fanin = FanInMiddleware(url, prefix=args.prefix or DEFAULT_PREFIX)
+    fanin = FanInMiddleware(
+        url, cluster=args.cluster, prefix=args.prefix or DEFAULT_PREFIX
+    )
     return fanin, fanin
 
 

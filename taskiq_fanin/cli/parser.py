@@ -33,13 +33,14 @@ EXIT_MEANINGS = {
 }
 
 #: The options every command takes, before or after the command's name.
-GLOBAL_OPTIONS = "--redis-url, --prefix, --broker and --json"
+GLOBAL_OPTIONS = "--redis-url, --cluster, --prefix, --broker and --json"
 
 EPILOG = f"""\
 {GLOBAL_OPTIONS} go before or after the command:
 `{{prog}} --redis-url URL list` and `{{prog}} list --redis-url URL` are the same.
 Without --broker, the commands read Redis through a FanInMiddleware of their
-own (--redis-url, default $REDIS_URL; --prefix, default "{DEFAULT_PREFIX}"). A sweep
+own (--redis-url, default $REDIS_URL; --prefix, default "{DEFAULT_PREFIX}"); with
+--cluster, the URL is any one node of a Redis Cluster. A sweep
 that acts (--redrive, --give-up, --apply) kicks tasks, so it needs your broker
 instead: --broker module.path:variable, as for `taskiq worker`.
 
@@ -90,6 +91,12 @@ def _add_global_options(parser: argparse.ArgumentParser, *, after: bool) -> None
         help="Redis of the groups and chains (default: $REDIS_URL)",
     )
     parser.add_argument(
+        "--cluster",
+        action="store_true",
+        default=default(False),
+        help="--redis-url is a node of a Redis Cluster (any one: it finds the rest)",
+    )
+    parser.add_argument(
         "--prefix",
         default=default(None),
         help=f'key prefix (default: "{DEFAULT_PREFIX}")',
@@ -98,7 +105,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, after: bool) -> None
         "--broker",
         metavar="MODULE:VARIABLE",
         default=default(None),
-        help="your broker with its FanInMiddleware, instead of --redis-url/--prefix",
+        help="your broker with its FanInMiddleware, instead of --redis-url/--prefix "
+        "(a cluster broker's middleware says cluster=True itself)",
     )
     parser.add_argument(
         "--json",

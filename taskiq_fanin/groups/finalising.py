@@ -13,8 +13,9 @@ from taskiq_fanin import metrics
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import index
 from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.group_result import GroupResult, ResultsReference
 from taskiq_fanin.model.labels import ContinuationRef
-from taskiq_fanin.model.results import FailurePolicy, GroupResult, MemberError
+from taskiq_fanin.model.results import FailurePolicy, MemberError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.replies import CollectedOutcomes
@@ -22,8 +23,20 @@ from taskiq_fanin.store.replies import CollectedOutcomes
 logger = logging.getLogger("taskiq_fanin")
 
 
-def build_result(group_id: str, collected: CollectedOutcomes) -> GroupResult:
-    """The ``GroupResult`` a continuation receives."""
+def build_result(
+    group_id: str, collected: CollectedOutcomes, *, token: str
+) -> GroupResult:
+    """The ``GroupResult`` a continuation receives: inline, or by reference."""
+    if collected.by_reference:
+        reference = ResultsReference(
+            token=token,
+            done=collected.done_count,
+            failed=collected.failed_count,
+            lost=collected.lost_count,
+        )
+        return GroupResult(
+            group_id=group_id, total=collected.total, reference=reference
+        )
     return GroupResult(
         group_id=group_id,
         total=collected.total,
@@ -43,7 +56,8 @@ def choose_continuation(
     collected: CollectedOutcomes, result: GroupResult
 ) -> tuple[str, Signature | None]:
     """By the failure policy: ('then' | 'on_error' | 'none', signature to kick)."""
-    if (result.failed or result.lost) and collected.policy == FailurePolicy.FAIL.value:
+    failing = result.failed_count or result.lost_count
+    if failing and collected.policy == FailurePolicy.FAIL.value:
         kind, encoded = "on_error", collected.on_error
     else:
         kind, encoded = "then", collected.then
@@ -74,7 +88,7 @@ async def finalise(
         if collected is None:
             logger.warning("Group %s vanished before it could be finalised", group_id)
             return
-    result = build_result(group_id, collected)
+    result = build_result(group_id, collected, token=token)
     kind, continuation = choose_continuation(collected, result)
     # The rescore is only a hint for the sweep: it goes beside the kick.
     await asyncio.gather(
@@ -105,14 +119,14 @@ async def finalise(
         group_id,
         result.done_count,
         result.failed_count,
-        len(result.lost),
+        result.lost_count,
         kind,
         extra={
             "fanin_event": "finalised",
             "group_id": group_id,
             "done": result.done_count,
             "failed": result.failed_count,
-            "lost": len(result.lost),
+            "lost": result.lost_count,
             "continuation": kind,
         },
     )

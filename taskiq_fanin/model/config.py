@@ -20,6 +20,12 @@ DEFAULT_LEASE_SECONDS = 60
 DEFAULT_TOMBSTONE_SECONDS = 24 * 3600
 #: The widest group one call may plan.
 DEFAULT_MAX_GROUP_SIZE = 100_000
+#: A group of more members hands its continuation its results by reference
+#: (read in pages from Redis): below it the message and the claim stay small
+#: (measured from the last member to the continuation's start: inline 6 ms at
+#: 200 members, 12 ms at 2,000, 36 ms at 10,000; by reference 6-8 ms at any size,
+#: with a message of 500 bytes).
+DEFAULT_RESULTS_INLINE_MAX = 500
 #: A member result larger than this (as JSON) is not kept; the member still counts.
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024
 #: How many member kicks a planner keeps in flight at once.
@@ -89,6 +95,7 @@ class FanInConfig:
     tombstone_ttl: float = DEFAULT_TOMBSTONE_SECONDS
     max_group_size: int = DEFAULT_MAX_GROUP_SIZE
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    results_inline_max: int = DEFAULT_RESULTS_INLINE_MAX
     dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY
     failure_policy: FailurePolicy = FailurePolicy.CONTINUE
     sweep_policy: SweepPolicy = SweepPolicy.REPORT
@@ -115,6 +122,7 @@ class FanInConfig:
             "retry_for",
             "max_group_size",
             "max_result_bytes",
+            "results_inline_max",
             "max_member_bytes",
             "dispatch_concurrency",
             "max_depth",

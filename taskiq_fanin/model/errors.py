@@ -14,7 +14,8 @@ Exported, every one, from ``taskiq_fanin.errors``. Where each is met:
   ``@group_task`` fan-out, which plans no group; ``MemberNotSerializableError``
   and ``MemberTooLargeError`` fail a chain step whose result the next step
   cannot take. ``RunningElsewhereError`` is raised before a body runs, to leave
-  a duplicate copy unacknowledged.
+  a duplicate copy unacknowledged. ``GroupResultsExpiredError`` is raised by a
+  by-reference ``GroupResult`` read after its group's keys are gone.
 - **Recorded outcomes**, never raised at a caller: ``GroupStepFailedError``
   (a chain's group step failed under policy ``fail``), ``ChainGivenUpError``
   (the sweep gave up on a stuck chain), both as the chain's error and in its
@@ -261,3 +262,19 @@ class ChainGivenUpError(FanInError, TimeoutError):
     stuck_seconds: float
     #: Why, when the sweep knows: ``; task 'x' is unknown to this broker``.
     reason: str = ""
+
+
+class GroupResultsExpiredError(FanInError, LookupError):
+    """A by-reference ``GroupResult`` whose results Redis no longer holds.
+
+    Raised by ``iter_results()`` and its siblings, never an empty list instead:
+    the group's keys live until its continuation has completed and a tombstone
+    after, and expired anyway (or were deleted), or the reference is read later.
+    """
+
+    __template__ = (
+        "The results of group {group_id} are gone from Redis (expired, or read "
+        "after its continuation completed plus tombstone_ttl): read them within "
+        "the continuation, or raise the group's ttl and the tombstone_ttl"
+    )
+    group_id: str

@@ -52,6 +52,9 @@ class GroupOptions(BaseModel):
     deadline: Seconds | None = None
     #: Members check for cancellation before they run (one Redis read each).
     cancellable: bool = False
+    #: A group of more members hands its continuation a ``GroupResult`` by
+    #: reference: counts only, its results read with ``iter_results()``.
+    results_inline_max: int | None = Field(default=None, gt=0)
 
     @field_validator("then", "on_error", mode="before")
     @classmethod
@@ -93,6 +96,7 @@ class GroupOptions(BaseModel):
             sweep_policy=self.sweep_policy or config.sweep_policy,
             ttl=ttl,
             deadline=deadline,
+            results_inline_max=self.results_inline_max or config.results_inline_max,
         )
         return ResolvedGroupOptions(**values)
 
@@ -104,6 +108,7 @@ class ResolvedGroupOptions(GroupOptions):
     sweep_policy: SweepPolicy
     ttl: float
     deadline: float
+    results_inline_max: int
 
 
 class GroupOptionsArgs(TypedDict, total=False):
@@ -116,3 +121,4 @@ class GroupOptionsArgs(TypedDict, total=False):
     ttl: float | timedelta | None
     deadline: float | timedelta | None
     cancellable: bool
+    results_inline_max: int | None

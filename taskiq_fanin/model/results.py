@@ -2,7 +2,6 @@
 
 import enum
 from datetime import datetime, timezone
-from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
@@ -68,45 +67,6 @@ class StepError(MemberError):
 
     members: dict[int, MemberError] = Field(default_factory=dict)
     lost: list[int] = Field(default_factory=list)
-
-
-class GroupResult(BaseModel):
-    """What a group's continuation receives as its first argument.
-
-    ``results`` holds the results of the members that succeeded, in member order;
-    ``succeeded`` holds their indexes, in the same order.
-    """
-
-    group_id: str
-    total: int
-    succeeded: list[int] = Field(default_factory=list)
-    results: list[Any] = Field(default_factory=list)
-    failed: dict[int, MemberError] = Field(default_factory=dict)
-    lost: list[int] = Field(default_factory=list)
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def done_count(self) -> int:
-        """How many members succeeded."""
-        return len(self.succeeded)
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def failed_count(self) -> int:
-        """How many members failed for good."""
-        return len(self.failed)
-
-    @property
-    def ok(self) -> bool:
-        """True when every member succeeded."""
-        return self.done_count == self.total
-
-    def result_of(self, index: int) -> Any:
-        """The result of member ``index``; ``KeyError`` if it did not succeed."""
-        try:
-            return self.results[self.succeeded.index(index)]
-        except ValueError:
-            raise KeyError(index) from None
 
 
 class GroupStatus(BaseModel):

@@ -69,7 +69,9 @@ class GroupScripts:
         and whether its ledger is sealed. ``ID_IN_USE``: a chain holds the id,
         nothing was written.
         """
-        pairs = [value for item in options.items() for value in item]
+        # Whether more chunks follow rides with the options, into the meta.
+        written = {**options, "sealed": int(sealed)}
+        pairs = [value for item in written.items() for value in item]
         chain_record = ChainKeys(keys.prefix, keys.group_id).record
         reply = await self._scripts["createGroup"](
             keys=[keys.meta, keys.plan, keys.claim, chain_record],
@@ -77,10 +79,9 @@ class GroupScripts:
                 token,
                 planner_lease_ms,
                 claimant,
-                len(options),
+                len(written),
                 *pairs,
                 len(members),
-                int(sealed),
                 *members,
             ],
         )

@@ -1,10 +1,14 @@
 """Pipelined kicks on taskiq-redis's queue brokers.
 
 A group's members are kicked together, and a finaliser kicks a continuation
-while other completions are being recorded. taskiq-redis's ``kick`` builds a new
-``Redis`` client and makes one round trip per message; here the library's kicks
-on a ``RedisStreamBroker`` or ``ListQueueBroker`` go in pipelines, through one
-long-lived client on the broker's own connection pool.
+while other completions are being recorded. taskiq-redis's ``kick`` makes one round
+trip per message (and on a single server builds a new ``Redis`` client for it);
+here the library's kicks on a ``RedisStreamBroker`` or ``ListQueueBroker`` go in
+pipelines, through one long-lived client on the broker's own connection pool,
+and on a ``RedisStreamClusterBroker`` or ``ListQueueClusterBroker`` through the
+broker's own ``RedisCluster`` client. A queue is one key, so on a cluster its
+kicks are one slot's: the cluster pipeline sends them to that slot's node in
+one round trip (and a message for another queue to that queue's node).
 
 Everything else stays taskiq's: the kicker builds the message, every
 middleware's ``pre_send`` and ``post_send`` runs around each kick, and a kick
@@ -21,9 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio import Redis, RedisCluster
 from taskiq import AsyncBroker, BrokerMessage
-from taskiq_redis import ListQueueBroker, RedisStreamBroker
+from taskiq_redis import (
+    ListQueueBroker,
+    ListQueueClusterBroker,
+    RedisStreamBroker,
+    RedisStreamClusterBroker,
+)
 
 from taskiq_fanin.store.pipeline import Command, PipelineBatcher
 
@@ -35,9 +44,12 @@ AddToQueue = Callable[[str, bytes], Command]
 
 @dataclass(frozen=True)
 class BrokerQueue:
-    """Where a taskiq-redis queue broker's ``kick`` writes, and with which command."""
+    """Where a taskiq-redis queue broker's ``kick`` writes, and with which command.
 
-    pool: ConnectionPool
+    ``client`` is on the broker's own connections, and the broker closes them.
+    """
+
+    client: Redis | RedisCluster
     queue_name: str
     add: AddToQueue
 
@@ -45,14 +57,15 @@ class BrokerQueue:
 def queue_of(broker: AsyncBroker) -> BrokerQueue | None:
     """The queue behind ``broker``'s own ``kick``; ``None`` if not pipelined.
 
-    The one place that reads taskiq-redis's attributes (``connection_pool``,
-    ``queue_name``, and a stream's ``maxlen`` and ``approximate``).
+    The one place that reads taskiq-redis's attributes (``connection_pool``, or
+    a cluster broker's ``redis``; ``queue_name``; a stream's ``maxlen`` and
+    ``approximate``).
     """
     kick = type(broker).kick
     add: AddToQueue
     try:
-        if kick is RedisStreamBroker.kick:
-            stream: RedisStreamBroker = broker  # type: ignore[assignment]
+        if kick in (RedisStreamBroker.kick, RedisStreamClusterBroker.kick):
+            stream: RedisStreamBroker | RedisStreamClusterBroker = broker  # type: ignore[assignment]
             maxlen, approximate = stream.maxlen, stream.approximate
 
             def add(queue: str, data: bytes) -> Command:
@@ -61,7 +74,7 @@ def queue_of(broker: AsyncBroker) -> BrokerQueue | None:
                     queue, {b"data": data}, maxlen=maxlen, approximate=approximate
                 )
 
-        elif kick is ListQueueBroker.kick:
+        elif kick in (ListQueueBroker.kick, ListQueueClusterBroker.kick):
 
             def add(queue: str, data: bytes) -> Command:
                 # As ListQueueBroker.kick sends it.
@@ -69,7 +82,7 @@ def queue_of(broker: AsyncBroker) -> BrokerQueue | None:
 
         else:
             return None
-        pool = broker.connection_pool  # type: ignore[attr-defined]
+        client = _client_of(broker)
         queue_name = broker.queue_name  # type: ignore[attr-defined]
     except AttributeError as exc:
         logger.warning(
@@ -78,7 +91,16 @@ def queue_of(broker: AsyncBroker) -> BrokerQueue | None:
             exc,
         )
         return None
-    return BrokerQueue(pool=pool, queue_name=queue_name, add=add)
+    return BrokerQueue(client=client, queue_name=queue_name, add=add)
+
+
+def _client_of(broker: AsyncBroker) -> Redis | RedisCluster:
+    """A client on the broker's own connections, which the broker closes."""
+    if isinstance(broker, RedisStreamClusterBroker | ListQueueClusterBroker):
+        cluster: RedisCluster = broker.redis
+        return cluster
+    # Not the pool's owner: closing this client leaves the broker's pool open.
+    return Redis(connection_pool=broker.connection_pool)  # type: ignore[attr-defined]
 
 
 class PipelinedBroker:
@@ -90,8 +112,7 @@ class PipelinedBroker:
     def __init__(self, broker: AsyncBroker, queue: BrokerQueue) -> None:
         self._broker = broker
         self._queue = queue
-        # Not the pool's owner: closing this client leaves the broker's pool open.
-        self.pipeline = PipelineBatcher(Redis(connection_pool=queue.pool))
+        self.pipeline = PipelineBatcher(queue.client)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._broker, name)

@@ -191,7 +191,12 @@ class Redriven:
 
 @dataclass(frozen=True)
 class CollectedOutcomes:
-    """What ``collectOutcomes`` read: the raw material of a ``GroupResult``."""
+    """What ``collectOutcomes`` read: the raw material of a ``GroupResult``.
+
+    By reference (a group over its ``results_inline_max``), the counts only:
+    ``lost``, ``done``, ``failed``, ``results`` and ``errors`` are empty, and
+    the continuation reads them in pages.
+    """
 
     total: int
     then: str
@@ -199,6 +204,10 @@ class CollectedOutcomes:
     policy: str
     state: str
     span_ms: int
+    by_reference: bool
+    done_count: int
+    failed_count: int
+    lost_count: int
     lost: list[int]
     done: list[int]
     failed: list[int]
@@ -208,8 +217,9 @@ class CollectedOutcomes:
 
 def collected(reply: list[Any]) -> CollectedOutcomes:
     """``collectOutcomes``'s reply (also what ``recordOutcome`` hands a claimant)."""
-    total, then, on_error, policy, state, span, lost = reply[:7]
-    done, failed, results, errors = reply[7:]
+    head, by_reference, done_count, failed_count, lost_count, lost = reply[:6]
+    total, then, on_error, policy, state, span = head
+    done, failed, results, errors = reply[6:]
     return CollectedOutcomes(
         total=int(total),
         then=text(then),
@@ -217,6 +227,10 @@ def collected(reply: list[Any]) -> CollectedOutcomes:
         policy=text(policy),
         state=text(state),
         span_ms=int(span),
+        by_reference=bool(by_reference),
+        done_count=int(done_count),
+        failed_count=int(failed_count),
+        lost_count=int(lost_count),
         lost=[int(index) for index in text(lost).split(",") if index],
         done=sorted(int(member) for member in done),
         failed=sorted(int(member) for member in failed),

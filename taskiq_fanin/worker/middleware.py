@@ -15,7 +15,7 @@ from taskiq import (
 )
 
 from taskiq_fanin.chains import launch, tasks, validation
-from taskiq_fanin.context import FanInContext, current_run, new_delivery
+from taskiq_fanin.context import FanInContext, enter_run, leave_run, new_delivery
 from taskiq_fanin.model.config import (
     DEFAULT_DEADLINE_SECONDS,
     DEFAULT_DISPATCH_CONCURRENCY,
@@ -27,6 +27,7 @@ from taskiq_fanin.model.config import (
     DEFAULT_MAX_REDRIVES,
     DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_PREFIX,
+    DEFAULT_RESULTS_INLINE_MAX,
     DEFAULT_RETRY_FOR,
     DEFAULT_SOCKET_TIMEOUT,
     DEFAULT_TOMBSTONE_SECONDS,
@@ -36,11 +37,16 @@ from taskiq_fanin.model.config import (
     choice,
     seconds,
 )
-from taskiq_fanin.model.errors import MiddlewareNotFoundError, RunningElsewhereError
+from taskiq_fanin.model.errors import (
+    InvalidOptionError,
+    MiddlewareNotFoundError,
+    RunningElsewhereError,
+)
 from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
-from taskiq_fanin.store.client import RedisClient, connect
+from taskiq_fanin.store.client import RedisClient, connect, set_up
 from taskiq_fanin.store.outcome_batching import OutcomeBatching
 from taskiq_fanin.store.replies import Begin
+from taskiq_fanin.store.result_pages import ResultPageReader
 from taskiq_fanin.worker import ending, guard, skipping
 from taskiq_fanin.worker.leases import RunLeases
 from taskiq_fanin.worker.recording import Recording
@@ -61,6 +67,7 @@ class FanInMiddleware(TaskiqMiddleware):
         self,
         redis: str | RedisClient,
         *,
+        cluster: bool = False,
         prefix: str = DEFAULT_PREFIX,
         ttl: Duration = DEFAULT_TTL_SECONDS,
         deadline: Duration = DEFAULT_DEADLINE_SECONDS,
@@ -72,6 +79,7 @@ class FanInMiddleware(TaskiqMiddleware):
         tombstone_ttl: Duration = DEFAULT_TOMBSTONE_SECONDS,
         max_group_size: int = DEFAULT_MAX_GROUP_SIZE,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        results_inline_max: int = DEFAULT_RESULTS_INLINE_MAX,
         max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
         dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
@@ -85,6 +93,9 @@ class FanInMiddleware(TaskiqMiddleware):
 
         :param redis: a Redis URL, or a ``redis.asyncio`` client (``Redis`` or
             ``RedisCluster``) that the caller owns and closes.
+        :param cluster: the URL is one node of a Redis Cluster: the client built
+            from it is a ``RedisCluster``, which finds the other nodes. For a URL
+            only; a client passed in is used as it is.
         :param prefix: first part of every key the library writes.
         :param ttl: seconds every key of a group lives, finished or not.
         :param deadline: seconds after which a still-open group counts as stuck.
@@ -103,6 +114,9 @@ class FanInMiddleware(TaskiqMiddleware):
         :param max_group_size: the widest group one call may plan.
         :param max_result_bytes: member results larger than this (as JSON) are not
             kept (the member still counts); error messages are cut to this size.
+        :param results_inline_max: default for groups: a group of more members
+            hands its continuation a ``GroupResult`` by reference (counts only;
+            ``iter_results()`` and ``iter_failures()`` read it in pages).
         :param max_member_bytes: a member whose arguments (as JSON, in the
             ledger) are larger is refused before anything is written.
         :param dispatch_concurrency: member kicks a planner keeps in flight.
@@ -116,6 +130,12 @@ class FanInMiddleware(TaskiqMiddleware):
             calls (``OutcomeBatching``); the defaults are the measured ones.
         """
         super().__init__()
+        if cluster and not isinstance(redis, str):
+            raise InvalidOptionError(
+                name="cluster",
+                value="True",
+                reason="it applies to a URL; a client passed in is used as it is",
+            )
         self.config = FanInConfig(
             prefix=prefix,
             ttl=seconds("ttl", ttl),
@@ -124,6 +144,7 @@ class FanInMiddleware(TaskiqMiddleware):
             tombstone_ttl=seconds("tombstone_ttl", tombstone_ttl),
             max_group_size=max_group_size,
             max_result_bytes=max_result_bytes,
+            results_inline_max=results_inline_max,
             dispatch_concurrency=dispatch_concurrency,
             failure_policy=choice("failure_policy", FailurePolicy, failure_policy),
             sweep_policy=choice("sweep_policy", SweepPolicy, sweep_policy),
@@ -136,6 +157,7 @@ class FanInMiddleware(TaskiqMiddleware):
         )
         self._batching = outcome_batching
         self._url = redis if isinstance(redis, str) else None
+        self._cluster = cluster
         self._client: RedisClient | None = None if isinstance(redis, str) else redis
         self._context: FanInContext | None = None
         #: The members running here, for the outcome batcher (with the context).
@@ -157,8 +179,10 @@ class FanInMiddleware(TaskiqMiddleware):
                 self._url,
                 max_connections=self.config.max_connections,
                 socket_timeout=self.config.socket_timeout,
+                cluster=self._cluster,
             )
         if self._client is not None and self._context is None:
+            await set_up(self._client)
             self._context = FanInContext.create(
                 self.config,
                 self.broker,
@@ -188,6 +212,11 @@ class FanInMiddleware(TaskiqMiddleware):
             )
         return self._context
 
+    @property
+    def result_pages(self) -> ResultPageReader:
+        """Reads by-reference ``GroupResult`` s: ``iter_results(broker=...)``."""
+        return self.context.result_pages
+
     # -- worker hooks -----------------------------------------------------------
 
     async def pre_execute(self, message: TaskiqMessage) -> TaskiqMessage:
@@ -201,7 +230,7 @@ class FanInMiddleware(TaskiqMiddleware):
         if ctx is None or running is None:
             return message
         ending.began(message)
-        current_run.set((ctx, message))
+        enter_run(ctx, message)
         running.started(message)
         if not guard.applies(message.labels):
             return message
@@ -215,7 +244,7 @@ class FanInMiddleware(TaskiqMiddleware):
             if verdict.begun is Begin.RUNNING_ELSEWHERE:
                 raise RunningElsewhereError(task_id=message.task_id)
         except BaseException:  # not run: nothing of it is left running here
-            current_run.set(None)
+            leave_run()
             running.ended(message)
             raise
         if verdict.begun is Begin.SKIP:
@@ -248,7 +277,7 @@ class FanInMiddleware(TaskiqMiddleware):
         Redis is away this retries; if it still cannot record, it raises and the
         message stays unacknowledged to come back (recording is idempotent).
         """
-        current_run.set(None)
+        leave_run()
         skipped = skipping.reset_skip()
         raised = ending.take_raised()
         self._leases.end(message)

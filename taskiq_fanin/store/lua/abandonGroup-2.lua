@@ -12,7 +12,7 @@
   missing, not this token's, or sealed (members may run: it stays).
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'sealed')
-if meta[1] ~= ARGV[1] or meta[2] == '1' then
+if meta[1] ~= ARGV[1] or (meta[2] or '1') == '1' then
   return Applied.UNCHANGED
 end
 redis.call('UNLINK', KEYS[1], KEYS[2])

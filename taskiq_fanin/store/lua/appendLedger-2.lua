@@ -16,7 +16,8 @@
   (another planner, or the sweep, took over: it kicks what the ledger holds).
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'sealed', 'total')
-if meta[1] ~= ARGV[1] or meta[2] ~= 'open' or meta[3] == '1' then
+-- A meta without 'sealed' was written whole, before chunks were.
+if meta[1] ~= ARGV[1] or meta[2] ~= 'open' or (meta[3] or '1') == '1' then
   return {Applied.UNCHANGED, tonumber(meta[4]) or 0}
 end
 local first = tonumber(ARGV[2])

@@ -1,6 +1,8 @@
 --[[
   Everything the finaliser needs to build the GroupResult and pick the
-  continuation, read in one step.
+  continuation, read in one step. A group over its inline_max goes by
+  reference: only its counts are read (never every outcome), and its result
+  keys' expiry is pushed to a ttl from now, for the continuation to read them.
 
   KEYS[1] meta      KEYS[2] done     KEYS[3] failed
   KEYS[4] results   KEYS[5] errors
@@ -8,17 +10,27 @@
   ARGV[1] token
 
   Returns {} when the group is missing or the token differs, else
-  {total, then, on_error, policy, state, span, lost (comma-separated indexes),
+  {{total, then, on_error, policy, state, span}, by reference (1 | 0),
+   done count, failed count, lost count, lost (comma-separated indexes),
    done members, failed members, results (flat field/value list),
-   errors (flat field/value list)}.
+   errors (flat field/value list)}: by reference, lost is '' and the four
+  lists are empty.
 ]]
 local meta = redis.call('HMGET', KEYS[1],
-  'token', 'total', 'then', 'on_error', 'policy', 'state', 'span', 'lost')
+  'token', 'total', 'then', 'on_error', 'policy', 'state', 'span', 'lost',
+  'done_count', 'failed_count', 'lost_count', 'inline_max', 'expires', 'ttl')
 if meta[1] ~= ARGV[1] then
   return {}
 end
+local head = {meta[2], meta[3], meta[4], meta[5], meta[6], meta[7]}
+local done, failed, lost = tonumber(meta[9]) or 0, tonumber(meta[10]) or 0,
+  tonumber(meta[11]) or 0
+if by_reference(meta[2], meta[12]) then
+  keep_for_reading(KEYS[1], {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, meta[13], meta[14])
+  return {head, 1, done, failed, lost, '', {}, {}, {}, {}}
+end
 return {
-  meta[2], meta[3], meta[4], meta[5], meta[6], meta[7], meta[8] or '',
+  head, 0, done, failed, lost, meta[8] or '',
   redis.call('SMEMBERS', KEYS[2]),
   redis.call('SMEMBERS', KEYS[3]),
   redis.call('HGETALL', KEYS[4]),

@@ -16,12 +16,12 @@
   ARGV[4] options           how many name/value pairs follow: the group's options
                             as its meta keeps them (continuations, policies,
                             span: ms to the deadline, ttl: ms every key lives,
-                            depth, cancellable)
+                            depth, cancellable; sealed: 0 when appendLedger
+                            writes further chunks, 1 or absent when this call
+                            is the whole ledger)
   ARGV[5 .. 4 + 2 * options]        name, value, name, value, ...
   ARGV[5 + 2 * options]             count: number of members in this chunk
-  ARGV[6 + 2 * options]             sealed: 1 when this chunk is the whole
-                                    ledger (no appendLedger follows), else 0
-  ARGV[7 + 2 * options .. ]         member 0 .. count - 1, serialized
+  ARGV[6 + 2 * options .. ]         member 0 .. count - 1, serialized
 
   The meta's total is always the number of members in the ledger; 'sealed'
   says no chunk may be added (no member is kicked before it is set).
@@ -54,12 +54,13 @@ end
 
 local options = tonumber(ARGV[4])
 local total = tonumber(ARGV[5 + 2 * options])
-local sealed = tonumber(ARGV[6 + 2 * options])
-local first_member = 7 + 2 * options
+local first_member = 6 + 2 * options
+local sealed = 1
 local span, ttl
 for i = 5, 4 + 2 * options, 2 do
   if ARGV[i] == 'span' then span = tonumber(ARGV[i + 1]) end
   if ARGV[i] == 'ttl' then ttl = tonumber(ARGV[i + 1]) end
+  if ARGV[i] == 'sealed' then sealed = tonumber(ARGV[i + 1]) end
 end
 redis.call('HSET', KEYS[1],
   'token', ARGV[1], 'state', 'open', 'created', now, 'deadline', now + span,

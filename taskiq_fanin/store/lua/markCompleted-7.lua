@@ -1,6 +1,8 @@
 --[[
   The continuation ran to its end: shrink the group to a tombstone (its meta,
   with a short TTL) so a redelivered continuation or a late member changes nothing.
+  A group whose results went by reference keeps them as long as the tombstone
+  (a chain's next step may still read them), not a moment less.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim
@@ -13,11 +15,16 @@
   completed already). The claim key (the
   running copy's lease) goes with the rest.
 ]]
-local meta = redis.call('HMGET', KEYS[1], 'token', 'state')
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'total', 'inline_max')
 if meta[1] ~= ARGV[1] or not may_move('group', meta[2], 'completed') then
   return Applied.UNCHANGED
 end
 move(KEYS[1], 'group', meta[2], 'completed', 'completed_at', now_ms())
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+if by_reference(meta[3], meta[4]) then
+  redis.call('DEL', KEYS[2], KEYS[7])
+  for key = 3, 6 do redis.call('PEXPIRE', KEYS[key], ARGV[2]) end
+else
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return Applied.APPLIED

@@ -41,3 +41,21 @@ local function given_up_at(state, given_up_step, step)
   return (state == 'failing' or state == 'failed') and given_up_step
     and tonumber(given_up_step) == tonumber(step)
 end
+
+-- A claimed group whose continuation reads its results by reference (it has
+-- more members than its 'inline_max'): the result keys must outlive the
+-- continuation, so their expiry goes to at least a whole ttl from now (the
+-- continuation's completion then shrinks them to the tombstone).
+local function by_reference(total, inline_max)
+  local most = tonumber(inline_max)
+  return most ~= nil and most > 0 and tonumber(total) > most
+end
+
+local function keep_for_reading(meta_key, keys, expires, ttl)
+  if not ttl then return end
+  local keep_until = now_ms() + tonumber(ttl)
+  if keep_until <= (tonumber(expires) or 0) then return end
+  redis.call('HSET', meta_key, 'expires', keep_until)
+  redis.call('PEXPIREAT', meta_key, keep_until)
+  for _, key in ipairs(keys) do redis.call('PEXPIREAT', key, keep_until) end
+end

@@ -35,8 +35,9 @@
   is finalised already); Recorded.COUNTED_CANCELLED (counted in a cancelled
   group: nothing more to do). With a Recorded.CLAIMED, collected holds the
   fields collectOutcomes returns (the claimant finalises without reading them
-  again); otherwise it is empty. outstanding: members of the group without an
-  outcome.
+  again): for a group over its inline_max, counts only (and the result keys'
+  expiry pushed to a ttl from now), never a read of every outcome; otherwise it
+  is empty. outstanding: members of the group without an outcome.
 ]]
 local first, per = 4, 4
 local members = (#ARGV - first + 1) / per
@@ -123,13 +124,20 @@ local handed = false
 for i = 1, members do handed = handed or codes[i] == Recorded.CLAIMED end
 if handed then
   local more = redis.call('HMGET', KEYS[1], 'then', 'on_error', 'policy', 'span',
-    'lost')
-  collected = {
-    meta[3], more[1], more[2], more[3], 'claimed', more[4], more[5] or '',
-    redis.call('SMEMBERS', KEYS[2]),
-    redis.call('SMEMBERS', KEYS[3]),
-    redis.call('HGETALL', KEYS[4]),
-    redis.call('HGETALL', KEYS[5]),
-  }
+    'lost', 'lost_count', 'inline_max', 'ttl')
+  local head = {meta[3], more[1], more[2], more[3], 'claimed', more[4]}
+  local lost_count = tonumber(more[6]) or 0
+  if by_reference(total, more[7]) then
+    keep_for_reading(KEYS[1], {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, meta[4], more[8])
+    collected = {head, 1, counts.done, counts.failed, lost_count, '', {}, {}, {}, {}}
+  else
+    collected = {
+      head, 0, counts.done, counts.failed, lost_count, more[5] or '',
+      redis.call('SMEMBERS', KEYS[2]),
+      redis.call('SMEMBERS', KEYS[3]),
+      redis.call('HGETALL', KEYS[4]),
+      redis.call('HGETALL', KEYS[5]),
+    }
+  end
 end
 return {codes, collected, total - counts.done - counts.failed}

@@ -44,6 +44,7 @@ class GroupMeta:
         "ttl_ms": "ttl",
         "deadline_ms": "span",
         "cancellable": "cancellable",
+        "results_inline_max": "inline_max",
         "depth": "depth",
         "created_at": "created",
         "due_at": "deadline",
@@ -88,6 +89,9 @@ class GroupMeta:
     #: The group's ``deadline`` option: ms from its planning (or re-drive) on.
     deadline_ms: int = 0
     cancellable: bool = False
+    #: More members than this: the continuation reads its results by reference
+    #: (0: a group written before the option was kept, inline).
+    results_inline_max: int = 0
     depth: int = 1
     created_at: int | None = None
     #: When an open group is stuck: its deadline, pushed on by a re-drive.
@@ -107,6 +111,11 @@ class GroupMeta:
     run_until: int = 0
     run_attempt: int = 0
     run_by: str = ""
+
+    @classmethod
+    def stored_as(cls, name: str) -> str:
+        """The hash field the attribute ``name`` is stored under (to read it alone)."""
+        return cls.STORED[name]
 
     @classmethod
     def from_hash(cls, raw: RawHash) -> "GroupMeta":
@@ -134,6 +143,7 @@ class GroupMeta:
             ttl_ms=as_int(f, "ttl"),
             deadline_ms=as_int(f, "span"),
             cancellable=f.get("cancellable") == "1",
+            results_inline_max=as_int(f, "inline_max"),
             depth=as_int(f, "depth", 1),
             created_at=as_time(f, "created"),
             due_at=as_time(f, "deadline"),
@@ -182,6 +192,7 @@ META_FIELDS: dict[str, tuple[str, Callable[[Any], str | int]]] = {
     "ttl": ("ttl", ms),
     "deadline": ("span", ms),
     "cancellable": ("cancellable", int),
+    "results_inline_max": ("inline_max", int),
 }
 
 
