@@ -219,7 +219,8 @@ class GroupLife(Scripted):
             self.scripts.redrive_group(self.keys, token="tok", max_redrives=100)
         )
         if redriven.redriven:
-            assert set(redriven.members) == set(range(self.total)) - set(self.terminal)
+            missing = self.run(self.scripts.missing_members(self.keys, 0, self.total))
+            assert set(missing) == set(range(self.total)) - set(self.terminal)
 
     @rule()
     def cancel(self) -> None:

@@ -33,7 +33,9 @@ from taskiq_fanin.store.scripts import packaged, prelude
 #: What each script answers in: the enum its wrapper parses the reply with
 #: (None: it answers with data alone).
 ANSWERS: dict[str, type[enum.IntEnum] | None] = {
+    "abandonGroup": Applied,
     "advanceChain": Advanced,
+    "appendLedger": Applied,
     "beginContinuation": Begin,
     "beginFailingChain": Failed,
     "beginStep": Begin,
@@ -181,10 +183,13 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
         group,
         token=token,
         options={"span": 60_000, "ttl": 60_000},
-        members=["m0", "m1"],
+        members=["m0"],
         planner_lease_ms=1_000,
         claimant="p",
+        sealed=False,
     )
+    await groups.append_ledger(group, token=token, first=1, members=["m1"], seal=True)
+    await groups.abandon_group(group, token=token)  # refused: sealed
     await groups.mark_planned(group, token=token)
     await groups.inspect_group(group)
     await groups.record_outcome(

@@ -52,7 +52,7 @@ OPTIONS = {
 async def create(
     scripts: GroupScripts, keys: GroupKeys, total: int = 3, token: str = TOKEN
 ) -> tuple[Created, str]:
-    created, group_token, _ = await scripts.create_group(
+    created, group_token, *_ = await scripts.create_group(
         keys,
         token=token,
         options=OPTIONS,
@@ -523,8 +523,8 @@ async def test_a_redrive_pushes_the_deadline_and_keeps_the_keys_alive_past_it(
     deadline_before = int(await client.hget(keys.meta, "deadline"))
     redriven = await scripts.redrive_group(keys, token=TOKEN, max_redrives=3)
 
-    assert (redriven.redriven, redriven.redrives) == (True, 1)
-    assert redriven.members == {1: '{"t":"m"}'}
+    assert (redriven.redriven, redriven.redrives, redriven.over) == (True, 1, True)
+    assert await scripts.missing_members(keys, 0, 2) == {1: '{"t":"m"}'}
     redriven_at = int(await client.hget(keys.meta, "redriven_at"))
     assert int(await client.hget(keys.meta, "deadline")) == redriven_at + 60_000
     assert redriven_at >= deadline_before - 60_000  # Redis's clock moved forward

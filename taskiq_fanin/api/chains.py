@@ -75,6 +75,11 @@ def chain(
                 "a Signature or a group",
                 error=InvalidChainError,
             )
+        if getattr(step, "streamed", False):
+            raise InvalidChainError(
+                reason=f"step {index + 1} is a group of members from an iterator: "
+                "a chain keeps its steps' members in its plan, give it a list"
+            )
     return Chain.model_construct(
         steps=steps,
         on_error=as_signature(on_error) if on_error is not None else None,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, overload
 from taskiq import TaskiqMessage
 from taskiq.decor import AsyncTaskiqDecoratedTask
 
-from taskiq_fanin.api.groups import group
+from taskiq_fanin.api.groups import Group, group
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import current_run
 from taskiq_fanin.groups.planning import plan_group
@@ -90,7 +90,12 @@ def group_task(
             )
             depth = nesting_depth(message) + 1
             derived = spec.group_id is None and is_derived(group_id)
-            plan = validate_group(ctx, planned, depth=depth, derived_id=derived)
+            # Members from an iterator (a generator body) are planned a chunk
+            # at a time, as ``group(members_iter)``'s are.
+            stream = spec.stream if isinstance(spec, Group) else None
+            plan = validate_group(
+                ctx, planned, depth=depth, derived_id=derived, stream=stream
+            )
             return (await plan_group(ctx, plan)).group_id
 
         fan_out.__annotations__ = {**body.__annotations__, "return": str}

@@ -1,9 +1,10 @@
 """``group(...)``: a group described, then planned and dispatched on a broker."""
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import PrivateAttr
 from taskiq import AsyncTaskiqTask
 
 from taskiq_fanin.api.broker import Target, context_of
@@ -67,18 +68,37 @@ class Group(GroupSpec):
     known only at run time), or make it a step of a ``chain(...)``.
     """
 
+    #: Members from an iterator, read a chunk at a time as they are planned.
+    _stream: AsyncIterator[Signature | ChainSpec] | None = PrivateAttr(default=None)
+
+    @property
+    def streamed(self) -> bool:
+        """Its members come from an iterator (planned once, a chunk at a time)."""
+        return self._stream is not None
+
+    @property
+    def stream(self) -> AsyncIterator[Signature | ChainSpec] | None:
+        """The iterator its members come from, or ``None`` for listed members."""
+        return self._stream
+
     async def kiq(self, broker: Target) -> GroupHandle:
         """Plan the group on ``broker`` and dispatch its members; returns at once.
 
-        Bad input raises a ``FanInError`` before anything is written.
+        Bad input raises a ``FanInError`` before anything is kicked: before
+        anything is written for listed members; for members from an iterator,
+        before the chunk holding the bad one is written, the chunks written
+        before it being removed again.
         """
         ctx = context_of(broker)
-        planned = await plan_group(ctx, validate_group(ctx, self))
+        planned = await plan_group(ctx, validate_group(ctx, self, stream=self.stream))
         return GroupHandle(planned.group_id, planned.created, ctx)
 
 
+Members = Iterable[Signature | ChainSpec] | AsyncIterable[Signature | ChainSpec]
+
+
 def group(
-    members: Iterable[Signature | ChainSpec],
+    members: Members,
     *,
     group_id: str | None = None,
     **options: "Unpack[GroupOptionsArgs]",
@@ -92,12 +112,38 @@ def group(
     ``failure_policy="fail"``, ``on_error`` receives it instead when any member
     failed; ``sweep_policy``, ``ttl`` and ``deadline`` (seconds) override the
     middleware's; ``cancellable`` members check for cancellation before they run.
-    A ``group_id`` makes planning idempotent.
+    A ``group_id`` makes planning idempotent. ``members`` may be an iterator or
+    an async iterator (a generator): it is read once, when the group is kicked,
+    a chunk at a time, and the planner holds one chunk of it, not all of it.
     """
+    parsed = GroupOptions.parse(options)
+    if isinstance(members, Iterator | AsyncIterable):
+        made = Group.model_construct(members=(), options=parsed, group_id=group_id)
+        made._stream = _checked(members)
+        return made
     listed = tuple(members)
     for index, member in enumerate(listed):
-        if not isinstance(member, Signature | ChainSpec):
-            raise wrong_kind(f"member {index}", member, "a Signature or a chain")
-    return Group.model_construct(
-        members=listed, options=GroupOptions.parse(options), group_id=group_id
-    )
+        _check_kind(index, member)
+    return Group.model_construct(members=listed, options=parsed, group_id=group_id)
+
+
+def _check_kind(index: int, member: object) -> None:
+    if not isinstance(member, Signature | ChainSpec):
+        raise wrong_kind(f"member {index}", member, "a Signature or a chain")
+
+
+async def _checked(
+    members: Iterator[Signature | ChainSpec] | AsyncIterable[Signature | ChainSpec],
+) -> AsyncIterator[Signature | ChainSpec]:
+    """An iterator's members, each checked for its kind as it is read."""
+    index = 0
+    if isinstance(members, AsyncIterable):
+        async for member in members:
+            _check_kind(index, member)
+            yield member
+            index += 1
+        return
+    for member in members:
+        _check_kind(index, member)
+        yield member
+        index += 1

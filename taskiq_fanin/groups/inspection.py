@@ -15,6 +15,8 @@ from taskiq_fanin.store.records.fields import text
 
 #: The most groups one listing reads.
 DEFAULT_LIST_LIMIT = 1000
+#: The meta fields a status reads: all but the lost members' indexes.
+STATUS_FIELDS = [f for f in GroupMeta.STORED.values() if f != "lost"]
 #: What a listing leaves out: groups over, or gone.
 FINISHED = frozenset({GroupState.COMPLETED, GroupState.CANCELLED, GroupState.MISSING})
 
@@ -52,7 +54,12 @@ async def status(ctx: FanInContext, group_id: str) -> GroupStatus:
     With Redis's clock at the read, which its age and ``overdue()`` go by.
     """
     validate_group_id(group_id, derived=True)
-    raw = await ctx.redis.hgetall(GroupKeys(ctx.config.prefix, group_id).meta)
+    # Every field but the list of lost members (as long as the group is wide):
+    # a status costs the same at any size.
+    values = await ctx.redis.hmget(
+        GroupKeys(ctx.config.prefix, group_id).meta, STATUS_FIELDS
+    )
+    raw = {f: v for f, v in zip(STATUS_FIELDS, values, strict=True) if v is not None}
     meta = GroupMeta.from_hash(raw)
     read_at = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     return status_from_meta(group_id, meta, read_at=read_at)

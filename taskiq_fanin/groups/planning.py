@@ -1,31 +1,35 @@
-"""Planning a validated group: write its ledger, then dispatch every member.
+"""Planning a validated group: write its ledger in chunks, then dispatch every member.
 
-Nothing is dispatched until the ledger is durable (invariant 1). Planning a
-group id again dispatches nothing, unless its first planner died mid-way: then
-the members without an outcome are kicked again (kicking one twice is safe).
+Nothing is dispatched until the whole ledger is durable and sealed (invariant
+1). Planning a group id again dispatches nothing, unless its first planner died
+mid-way (writing chunks or kicking): then what the ledger holds is sealed and
+its members without an outcome are kicked (kicking one twice is safe).
 """
 
 import asyncio
-from collections.abc import Awaitable
+import logging
+from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass
 
 from redis.asyncio import RedisCluster
 
 from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
-from taskiq_fanin.groups import index
+from taskiq_fanin.groups import index, ledger
 from taskiq_fanin.groups.finalising import finalise
 from taskiq_fanin.groups.validation import GroupPlan
 from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.errors import IdInUseError, shown
+from taskiq_fanin.model.errors import FanInError, IdInUseError, shown
 from taskiq_fanin.model.ids import redriven_member_id
 from taskiq_fanin.model.labels import CANCELLABLE_LABEL, DEPTH_LABEL, MemberRef
 from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import ChainSpec, member_from_ledger
+from taskiq_fanin.model.spec import ChainSpec
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.records import meta_options
-from taskiq_fanin.store.replies import Created
+from taskiq_fanin.store.replies import Created, Creation
+
+logger = logging.getLogger("taskiq_fanin.planning")
 
 
 @dataclass(frozen=True)
@@ -42,23 +46,26 @@ FINISHED = frozenset({GroupState.COMPLETED.value, GroupState.CANCELLED.value})
 
 
 async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
-    """Write the group's meta and ledger, then dispatch every member.
+    """Write the group's meta and ledger chunk by chunk, then dispatch every member.
 
-    A chain of the same id refuses it (``IdInUseError``): nothing is left of it.
+    No member is kicked before the whole ledger is durable and sealed. A chain
+    of the same id refuses it (``IdInUseError``): nothing is left of it.
     """
     keys = GroupKeys(ctx.config.prefix, plan.group_id)
     deadline_ms = ms(plan.options.deadline)
-
     claimant = f"{CLAIMANT}#plan-{plan.token}"
+    parts = ledger.chunks(ctx, plan)
+    first = await anext(parts)  # a bad member in it raises: nothing is written
 
-    def create() -> Awaitable[tuple[Created, str, str]]:
+    def create() -> Awaitable[Creation]:
         return ctx.scripts.create_group(
             keys,
             token=plan.token,
             options=meta_options(plan.options, depth=plan.depth),
-            members=plan.ledger,
+            members=first.entries,
             planner_lease_ms=ms(ctx.config.lease),
             claimant=claimant,
+            sealed=first.last,
         )
 
     # The index may be stale (the sweep prunes it), but it must never miss a
@@ -79,31 +86,133 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
         if isinstance(got_group, BaseException):
             raise got_group
         indexed, made = got_index, got_group
-    created, token, state = made
+    created, token, state = made.created, made.token, made.state
+    in_hand: dict[int, Signature | ChainSpec] | None = None
     if created in (Created.ID_IN_USE, Created.EXISTS):
+        await parts.aclose()
         await _not_created(ctx, plan.group_id, created, state, indexed=indexed)
         return Planned(group_id=plan.group_id, created=False)
-    if created is Created.EXISTS_UNPLANNED:
-        # An earlier planner died mid-dispatch: finish its work from the ledger.
-        members = await _undispatched(ctx, keys)
+    if created is Created.CREATED:
+        whole, total = await _write_rest(ctx, keys, token, parts, len(first.entries))
+        # The planner holds every member when they were listed (or streamed
+        # in one chunk); else they are read back from the ledger.
+        if whole and (plan.stream is None or first.last):
+            in_hand = dict(enumerate(plan.members or first.members))
     else:
-        members = dict(enumerate(plan.members))
-    await dispatch_members(
-        ctx,
-        plan.group_id,
-        token,
-        members,
-        depth=plan.depth,
-        cancellable=plan.options.cancellable,
-    )
+        total = await _take_over(
+            ctx, keys, made, own_token=plan.token, first=first, parts=parts
+        )
+    await _dispatch(ctx, plan, token, in_hand, total)
     await ctx.scripts.mark_planned(keys, token=token)
     metrics.GROUPS_PLANNED.inc()
     # An empty group is complete at once: its planner (or the same planner
     # again, after the reply was lost) finalises it now.
     ours = created is Created.CREATED or token == plan.token
-    if state == GroupState.CLAIMED.value and not plan.members and ours:
+    empty = first.last and not first.entries
+    if state == GroupState.CLAIMED.value and empty and ours:
         await finalise(ctx, plan.group_id, token, claimant=claimant)
     return Planned(group_id=plan.group_id, created=created is Created.CREATED)
+
+
+async def _take_over(
+    ctx: FanInContext,
+    keys: GroupKeys,
+    made: Creation,
+    *,
+    own_token: str,
+    first: ledger.Chunk,
+    parts: AsyncGenerator[ledger.Chunk, None],
+) -> int:
+    """An earlier planner died mid-way: seal its ledger; the total it holds.
+
+    The same planner again (its token) writes its chunks again, nothing
+    changing twice; another only seals what the ledger holds.
+    """
+    token, written, total = made.token, False, 0
+    if not made.sealed and token == own_token:
+        written, total = await _write(ctx, keys, token, first)
+    if written:
+        _, total = await _write_rest(ctx, keys, token, parts, total)
+        return total
+    await parts.aclose()
+    _, total = await ctx.scripts.append_ledger(
+        keys, token=token, first=0, members=(), seal=True
+    )
+    return total
+
+
+async def _write(
+    ctx: FanInContext, keys: GroupKeys, token: str, chunk: ledger.Chunk
+) -> tuple[bool, int]:
+    """Append one chunk; False: the ledger was sealed by another (taken over).
+
+    With the ledger's total after the call.
+    """
+    return await ctx.scripts.append_ledger(
+        keys, token=token, first=chunk.first, members=chunk.entries, seal=chunk.last
+    )
+
+
+async def _write_rest(
+    ctx: FanInContext,
+    keys: GroupKeys,
+    token: str,
+    parts: AsyncGenerator[ledger.Chunk, None],
+    total: int,
+) -> tuple[bool, int]:
+    """Append every further chunk; False when the ledger was sealed meanwhile.
+
+    Another planner (or the sweep) sealed it: what it holds is the group, and
+    is kicked. A bad streamed member abandons the group (nothing was kicked)
+    and raises. ``total``: the ledger's so far; returned with the flag.
+    """
+    try:
+        async for chunk in parts:
+            written, total = await _write(ctx, keys, token, chunk)
+            if not written:
+                logger.warning(
+                    "Group %s: its ledger was sealed by another planner or the "
+                    "sweep; members after %d are not part of it",
+                    keys.group_id,
+                    chunk.first - 1,
+                )
+                return False, total
+    except FanInError:
+        if await ctx.scripts.abandon_group(keys, token=token):
+            await index.remove(ctx, keys.group_id)
+        raise
+    return True, total
+
+
+async def _dispatch(
+    ctx: FanInContext,
+    plan: GroupPlan,
+    token: str,
+    in_hand: dict[int, Signature | ChainSpec] | None,
+    total: int,
+) -> None:
+    """Kick the members: those ``in_hand`` when the planner holds them all.
+
+    Else read back from the sealed ledger of ``total`` members a page at a
+    time (those with no outcome yet).
+    """
+
+    async def kick(members: dict[int, Signature | ChainSpec]) -> None:
+        await dispatch_members(
+            ctx,
+            plan.group_id,
+            token,
+            members,
+            depth=plan.depth,
+            cancellable=plan.options.cancellable,
+        )
+
+    if in_hand is not None:
+        await kick(in_hand)
+        return
+    keys = GroupKeys(ctx.config.prefix, plan.group_id)
+    async for page in ledger.undispatched(ctx, keys, total):
+        await kick(page)
 
 
 async def _not_created(
@@ -116,21 +225,6 @@ async def _not_created(
         raise IdInUseError(workflow_id=shown(group_id), holder="chain")
     if indexed and state in FINISHED:
         await index.remove(ctx, group_id)  # over: nothing to sweep
-
-
-async def _undispatched(
-    ctx: FanInContext, keys: GroupKeys
-) -> dict[int, Signature | ChainSpec]:
-    """Members in the ledger that have no outcome yet."""
-    inspected = await ctx.scripts.inspect_group(keys)
-    if inspected is None or not inspected.missing:
-        return {}
-    entries = await ctx.redis.hmget(keys.plan, [str(i) for i in inspected.missing])
-    return {
-        index: member_from_ledger(entry)
-        for index, entry in zip(inspected.missing, entries, strict=True)
-        if entry is not None
-    }
 
 
 async def dispatch_members(

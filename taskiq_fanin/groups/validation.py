@@ -10,6 +10,7 @@ has passed (invariant 8).
 
 import secrets
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from pydantic_core import PydanticSerializationError
@@ -46,6 +47,9 @@ class GroupPlan:
     depth: int
     #: The token its members carry; a planner retrying passes its own again.
     token: str
+    #: Members from an iterator: checked and written a chunk at a time
+    #: (``groups/ledger.py``); ``members`` and ``ledger`` are then empty.
+    stream: AsyncIterator[Signature | ChainSpec] | None = None
 
 
 def validate_group(
@@ -56,6 +60,7 @@ def validate_group(
     token: str | None = None,
     chain_step: bool = False,
     derived_id: bool = False,
+    stream: AsyncIterator[Signature | ChainSpec] | None = None,
 ) -> GroupPlan:
     """Check a group and serialize its ledger, raising before anything is written.
 
@@ -64,7 +69,9 @@ def validate_group(
     the continuations are the chain's own, carrying the rest of its plan (checked
     when it started), not held to ``max_member_bytes``. ``derived_id``: the
     library derived the group's id (a chain's step, a ``@group_task`` member):
-    it is checked as such; a caller's id may not look like one.
+    it is checked as such; a caller's id may not look like one. ``stream``:
+    members from an iterator (``spec.members`` empty), checked chunk by chunk
+    as they are written, by :func:`checked_member`.
     """
     check_group(ctx, spec, depth=depth)
     limit = ctx.config.max_member_bytes
@@ -86,6 +93,7 @@ def validate_group(
         options=options,
         depth=depth,
         token=token or secrets.token_hex(8),
+        stream=stream,
     )
 
 
@@ -113,19 +121,14 @@ def check_group(
     if len(spec.members) > config.max_group_size:
         raise GroupTooWideError(size=len(spec.members), maximum=config.max_group_size)
     for number, member in enumerate(spec.members):
-        what = f"member {number}{within}"
-        if isinstance(member, ChainSpec):
-            ctx.check_chain(
-                ctx,
-                member,
-                depth=depth + 1,
-                after_previous=after_previous,
-                checked=not bind,
-                within=f" in {what}",
-            )
-        else:
-            receives = PREVIOUS if after_previous and member.pass_result else None
-            check_task(ctx, what, member, receives, bind=bind)
+        check_member(
+            ctx,
+            member,
+            f"member {number}{within}",
+            depth=depth,
+            after_previous=after_previous,
+            bind=bind,
+        )
     for name, continuation in (
         ("then", spec.options.then),
         ("on_error", spec.options.on_error),
@@ -133,6 +136,44 @@ def check_group(
         if continuation is not None:
             what = f"the continuation {name}{within}"
             check_task(ctx, what, continuation, "the GroupResult", bind=bind)
+
+
+def check_member(
+    ctx: FanInContext,
+    member: Signature | ChainSpec,
+    what: str,
+    *,
+    depth: int,
+    after_previous: bool = False,
+    bind: bool = True,
+) -> None:
+    """One member's tasks and arguments (a chain's through ``check_chain``)."""
+    if isinstance(member, ChainSpec):
+        ctx.check_chain(
+            ctx,
+            member,
+            depth=depth + 1,
+            after_previous=after_previous,
+            checked=not bind,
+            within=f" in {what}",
+        )
+        return
+    receives = PREVIOUS if after_previous and member.pass_result else None
+    check_task(ctx, what, member, receives, bind=bind)
+
+
+def checked_member(
+    ctx: FanInContext, member: Signature | ChainSpec, number: int, *, depth: int
+) -> str:
+    """A streamed member checked as ``validate_group`` checks a listed one.
+
+    Returns its ledger entry; raises the same typed errors.
+    """
+    if number >= ctx.config.max_group_size:
+        raise GroupTooWideError(size=number + 1, maximum=ctx.config.max_group_size)
+    what = f"member {number}"
+    check_member(ctx, member, what, depth=depth)
+    return serialized(what, member, ctx.config.max_member_bytes)
 
 
 def check_task(

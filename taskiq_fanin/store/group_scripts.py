@@ -9,7 +9,7 @@ outcomes of one group's members finishing together share one script call
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from taskiq_fanin.store import replies
+from taskiq_fanin.store import ledger_reads, replies
 from taskiq_fanin.store.client import RedisClient
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
@@ -19,20 +19,13 @@ from taskiq_fanin.store.replies import (
     Applied,
     Begin,
     CollectedOutcomes,
-    Created,
+    Creation,
     Inspected,
     Outcome,
     Recorded,
     Redriven,
 )
 from taskiq_fanin.store.scripts import Scripts
-
-#: Ledger entries one read asks for at most (one short command each).
-LEDGER_CHUNK = 500
-
-
-def _hmget(key: str, fields: list[int]) -> Command:
-    return lambda pipe: pipe.hmget(key, fields)
 
 
 class GroupScripts:
@@ -66,28 +59,68 @@ class GroupScripts:
         members: Sequence[str],
         planner_lease_ms: int,
         claimant: str,
-    ) -> tuple[Created, str, str]:
-        """Write meta (with ``options``) and ledger, times on Redis's clock.
+        sealed: bool = True,
+    ) -> Creation:
+        """Write meta (with ``options``) and the ledger's first chunk, on Redis's clock.
 
-        Returns the code, the group's token and its state: ``claimed`` for a
-        new empty group, which ``claimant`` finalises at once. ``ID_IN_USE``:
-        a chain holds the id, nothing was written.
+        ``sealed``: ``members`` is the whole ledger (else ``append_ledger``
+        writes the rest). Returns the code, the group's token, its state
+        (``claimed`` for a new empty group, which ``claimant`` finalises at once)
+        and whether its ledger is sealed. ``ID_IN_USE``: a chain holds the id,
+        nothing was written.
         """
-        pairs = [value for item in options.items() for value in item]
+        # Whether more chunks follow rides with the options, into the meta.
+        written = {**options, "sealed": int(sealed)}
+        pairs = [value for item in written.items() for value in item]
         chain_record = ChainKeys(keys.prefix, keys.group_id).record
-        code, group_token, *state = await self._scripts["createGroup"](
+        reply = await self._scripts["createGroup"](
             keys=[keys.meta, keys.plan, keys.claim, chain_record],
             args=[
                 token,
                 planner_lease_ms,
                 claimant,
-                len(options),
+                len(written),
                 *pairs,
                 len(members),
                 *members,
             ],
         )
-        return Created(code), text(group_token), text(state[0]) if state else "open"
+        return replies.creation(reply)
+
+    async def append_ledger(
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        first: int,
+        members: Sequence[str],
+        seal: bool,
+    ) -> tuple[bool, int]:
+        """Append a chunk to an unsealed ledger (``seal``: the last).
+
+        Returns whether it was written, and the ledger's total. Refused when
+        the group is sealed (another planner or the sweep took it over), gone,
+        not this token's or not open.
+        """
+        args = [token, first, int(seal), *members]
+        code, total = await self._scripts["appendLedger"](
+            keys=[keys.meta, keys.plan], args=args
+        )
+        return Applied(code) is Applied.APPLIED, int(total)
+
+    async def abandon_group(self, keys: GroupKeys, *, token: str) -> bool:
+        """Remove an unsealed group (a bad member found in a later chunk)."""
+        args = [token]
+        reply = await self._scripts["abandonGroup"](
+            keys=[keys.meta, keys.plan], args=args
+        )
+        return Applied(reply) is Applied.APPLIED
+
+    async def missing_members(
+        self, keys: GroupKeys, start: int, stop: int
+    ) -> dict[int, str]:
+        """Ledger entries of members ``start`` to ``stop - 1`` with no outcome."""
+        return await ledger_reads.missing_members(self._pipeline, keys, start, stop)
 
     async def record_outcome(
         self,
@@ -155,27 +188,24 @@ class GroupScripts:
 
     async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
         """Meta, lease and missing members of a group; ``None`` if it is gone."""
-        inspecting = [keys.meta, keys.plan, keys.done, keys.failed, keys.claim]
+        inspecting = [keys.meta, keys.claim]
         return replies.inspected(await self._scripts["inspectGroup"](keys=inspecting))
 
-    async def ledger_entries(
-        self, keys: GroupKeys, indexes: Sequence[int]
-    ) -> dict[int, str]:
-        """The ledger entries of these members, read in bounded chunks."""
-        found: dict[int, str] = {}
-        for start in range(0, len(indexes), LEDGER_CHUNK):
-            chunk = list(indexes[start : start + LEDGER_CHUNK])
-            raw = await self._pipeline(_hmget(keys.plan, chunk))
-            found.update(
-                {i: text(e) for i, e in zip(chunk, raw, strict=True) if e is not None}
-            )
-        return found
-
     async def redrive_group(
-        self, keys: GroupKeys, *, token: str, max_redrives: int
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        max_redrives: int,
+        start: int = 0,
+        stop: int = 2**53,
     ) -> Redriven:
-        """Record a re-drive and read the ledger entries of the missing members."""
-        args = [token, max_redrives]
+        """May the sweep kick the missing members of ledger window [start, stop)?
+
+        A pass's first window (``start`` 0) records the re-drive and seals the
+        ledger; ``missing_members`` reads the window's members.
+        """
+        args = [token, max_redrives, start, stop]
         # Every key whose expiry the new deadline pushes: all but the lease.
         redriving = [k for k in keys.all if k != keys.claim]
         return replies.redriven(

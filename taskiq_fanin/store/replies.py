@@ -9,7 +9,7 @@ done here once.
 import enum
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.records.fields import text
@@ -148,24 +148,45 @@ class Cancelled:
     compensations: list[str]
 
 
+class Creation(NamedTuple):
+    """What ``createGroup`` answered."""
+
+    created: Created
+    token: str
+    state: str
+    #: The ledger takes no more chunks (a group made before chunks were: True).
+    sealed: bool
+
+
+def creation(reply: list[Any]) -> Creation:
+    """``createGroup``'s reply."""
+    code, token, *rest = reply
+    return Creation(
+        Created(code),
+        text(token),
+        text(rest[0]) if rest else "open",
+        sealed=bool(int(rest[1])) if len(rest) > 1 else True,
+    )
+
+
 @dataclass(frozen=True)
 class Inspected:
     """What ``inspectGroup`` read: the group as the sweep judges it."""
 
     meta: GroupMeta
     lease_held: bool
-    missing: list[int]
     #: Redis's clock when it was read (epoch ms): the meta's times are on it.
     now_ms: int
 
 
 @dataclass(frozen=True)
 class Redriven:
-    """What ``redriveGroup`` did: the re-drive count, and the members to kick."""
+    """What ``redriveGroup`` did: may its window be kicked, the re-drive count."""
 
     redriven: bool
     redrives: int
-    members: dict[int, str]
+    #: The window was the pass's last: the whole ledger has been gone over.
+    over: bool
 
 
 @dataclass(frozen=True)
@@ -222,11 +243,10 @@ def inspected(reply: list[Any]) -> Inspected | None:
     """``inspectGroup``'s reply; ``None`` when the group is gone."""
     if not reply:
         return None
-    meta, lease_held, missing, now = reply
+    meta, lease_held, now = reply
     return Inspected(
         meta=GroupMeta.from_hash(flat_hash(meta)),
         lease_held=bool(lease_held),
-        missing=[int(index) for index in missing],
         now_ms=int(now),
     )
 
@@ -239,14 +259,11 @@ def flat_hash(flat: list[Any]) -> dict[str, str]:
 
 def redriven(reply: list[Any]) -> Redriven:
     """``redriveGroup``'s reply."""
-    code, redrives, *flat = reply
+    code, redrives, over = reply
     return Redriven(
         redriven=Applied(code) is Applied.APPLIED,
         redrives=int(redrives),
-        members={
-            int(index): text(entry)
-            for index, entry in zip(flat[::2], flat[1::2], strict=True)
-        },
+        over=bool(over),
     )
 
 

@@ -6,6 +6,7 @@ overdue; what is done follows the group's sweep policy or the caller's override.
 """
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from taskiq_fanin import metrics
@@ -26,6 +27,11 @@ logger = logging.getLogger("taskiq_fanin.sweep")
 
 #: Who the sweep claims a finaliser's lease as.
 SWEEP_CLAIMANT = f"sweep:{CLAIMANT}"
+#: The most ledger indexes one visit goes over: a re-drive pass over a wider
+#: group goes on window by window, one per visit, each visit's work bounded.
+REDRIVE_WINDOW = 1_000
+#: The most missing members a finding names (``missing_count`` counts them all).
+SAMPLE = 20
 
 
 async def judge(
@@ -36,7 +42,8 @@ async def judge(
     dry_run: bool,
 ) -> Finding | None:
     """Judge one indexed group and, unless ``dry_run``, act; ``None``: on time."""
-    inspected = await ctx.scripts.inspect_group(GroupKeys(ctx.config.prefix, group_id))
+    keys = GroupKeys(ctx.config.prefix, group_id)
+    inspected = await ctx.scripts.inspect_group(keys)
     state = inspected.meta.state if inspected else GroupState.MISSING
     if inspected is None or state in (GroupState.COMPLETED, GroupState.CANCELLED):
         if not dry_run:
@@ -53,7 +60,9 @@ async def judge(
     leased = (state is GroupState.CLAIMED and inspected.lease_held) or (
         state is GroupState.RUNNING and meta.run_until > now
     )
-    if due_at > now or leased:
+    # A re-drive pass under way goes on at once, whatever the new deadline says.
+    passing = state is GroupState.OPEN and meta.redrive_next > 0
+    if (due_at > now or leased) and not passing:
         # Not stuck after all (the index is only a hint): look again later.
         if not dry_run:
             after = max(due_at - now, ms(ctx.config.lease))
@@ -72,25 +81,44 @@ async def judge(
     else:
         finding.kind = FindingKind.STUCK if meta.planned else FindingKind.UNPLANNED
         finding.action = SweepAction((override or _policy(meta)).value)
+    window = Window(0, 0, {})
     unknown: set[int] = set()
-    if finding.action in (SweepAction.REDRIVE, SweepAction.REPORT):
-        unknown = await _unknown_members(ctx, finding)
+    if state is GroupState.OPEN:
+        # Only a re-drive goes on where its pass is; a sample starts at 0.
+        start = meta.redrive_next if finding.action is SweepAction.REDRIVE else 0
+        stop = min(start + REDRIVE_WINDOW, meta.total)
+        window = Window(
+            start, stop, await ctx.scripts.missing_members(keys, start, stop)
+        )
+        finding.missing = sorted(window.members)[:SAMPLE]
+        if finding.action in (SweepAction.REDRIVE, SweepAction.REPORT):
+            unknown = _unknown_members(ctx, finding, window.members)
     if dry_run:
         return finding
-    await _act(ctx, finding, meta, unknown)
+    await _act(ctx, finding, meta, window, unknown)
     return finding
 
 
-async def _unknown_members(ctx: FanInContext, finding: Finding) -> set[int]:
+@dataclass(frozen=True)
+class Window:
+    """The ledger indexes [start, stop) one visit went over, and their missing."""
+
+    start: int
+    stop: int
+    #: The ledger entries of the members in it with no outcome.
+    members: dict[int, str]
+
+
+def _unknown_members(
+    ctx: FanInContext, finding: Finding, entries: dict[int, str]
+) -> set[int]:
     """The missing members whose task the broker does not know: never re-driven.
 
     Named in the finding (``unknown_tasks`` and its note). Nothing is checked
     when the broker knows none of the user's tasks (``known.tasks_checked``).
     """
-    if not finding.missing or not known.tasks_checked(ctx):
+    if not entries or not known.tasks_checked(ctx):
         return set()
-    keys = GroupKeys(ctx.config.prefix, finding.group_id)
-    entries = await ctx.scripts.ledger_entries(keys, finding.missing)
     unknown: dict[int, list[str]] = {}
     for member_index, entry in entries.items():
         names = known.unknown_in_member(ctx, member_from_ledger(entry))
@@ -132,7 +160,7 @@ def _finding(
         total=meta.total,
         done=meta.done,
         failed=meta.failed,
-        missing=inspected.missing,
+        missing_count=max(meta.total - meta.done - meta.failed, 0),
         age_seconds=(now - (meta.created_at or now)) / 1000,
         overdue_seconds=max(now - due_at, 0) / 1000,
         redrives=meta.redrives,
@@ -140,7 +168,11 @@ def _finding(
 
 
 async def _act(
-    ctx: FanInContext, finding: Finding, meta: GroupMeta, unknown: set[int]
+    ctx: FanInContext,
+    finding: Finding,
+    meta: GroupMeta,
+    window: Window,
+    unknown: set[int],
 ) -> None:
     """Do the finding's action; ``unknown``: missing members not to re-drive."""
     keys = GroupKeys(ctx.config.prefix, finding.group_id)
@@ -151,8 +183,10 @@ async def _act(
     if action is SweepAction.REDRIVE:
         # Members whose task is unknown are left: when they are all there is,
         # nothing is kicked and no re-drive is spent.
-        if not unknown.issuperset(finding.missing):
-            look_again = await _redrive(ctx, finding, meta, unknown)
+        kick = {i: e for i, e in window.members.items() if i not in unknown}
+        whole = window.start == 0 and window.stop >= meta.total
+        if kick or not whole:
+            look_again = await _redrive(ctx, finding, meta, window, kick)
     elif action is SweepAction.GIVE_UP:
         lost = await ctx.scripts.give_up(
             keys, token=token, lease_ms=ms(ctx.config.lease), claimant=SWEEP_CLAIMANT
@@ -182,24 +216,32 @@ async def _act(
 
 
 async def _redrive(
-    ctx: FanInContext, finding: Finding, meta: GroupMeta, unknown: set[int]
+    ctx: FanInContext,
+    finding: Finding,
+    meta: GroupMeta,
+    window: Window,
+    kick: dict[int, str],
 ) -> int:
-    """Kick the missing members again but ``unknown``; when to look again (ms)."""
+    """Kick the window's missing members (``kick``) again; when to look again (ms).
+
+    The pass's last window over an unplanned group marks it planned: the sweep
+    has finished what its planner left.
+    """
     keys = GroupKeys(ctx.config.prefix, finding.group_id)
     token = meta.token
     redriven = await ctx.scripts.redrive_group(
-        keys, token=token, max_redrives=ctx.config.max_redrives
+        keys,
+        token=token,
+        max_redrives=ctx.config.max_redrives,
+        start=window.start,
+        stop=window.stop,
     )
     finding.redrives = redriven.redrives
     if not redriven.redriven:
         used = f"not re-driven: {redriven.redrives} re-drives used"
         finding.note = "; ".join(filter(None, (finding.note, used)))
         return 0
-    members = {
-        i: member_from_ledger(entry)
-        for i, entry in redriven.members.items()
-        if i not in unknown
-    }
+    members = {i: member_from_ledger(entry) for i, entry in kick.items()}
     await dispatch_members(
         ctx,
         finding.group_id,
@@ -211,6 +253,10 @@ async def _redrive(
     )
     metrics.MEMBERS_REDRIVEN.inc(len(members))
     finding.applied = True
+    if not redriven.over:
+        return 0  # the next window at the next visit
+    if not meta.planned:
+        await ctx.scripts.mark_planned(keys, token=token)
     return meta.deadline_ms  # its new deadline
 
 

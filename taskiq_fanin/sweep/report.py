@@ -52,6 +52,10 @@ class Finding(BaseModel):
     total: int = 0
     done: int = 0
     failed: int = 0
+    #: How many members have no outcome yet.
+    missing_count: int = 0
+    #: Some of them (at most 20, lowest first): those of the ledger window
+    #: this visit went over (where a re-drive pass is, else the first).
     missing: list[int] = Field(default_factory=list)
     age_seconds: float = 0.0
     overdue_seconds: float = 0.0

@@ -1,47 +1,56 @@
 --[[
-  Re-drive an open group: record the re-drive, push its deadline (and, if need
-  be, its keys' expiry) out, and hand back exactly the ledger entries of the
-  members that are neither done nor failed.
+  Re-drive a window of an open group's ledger: the sweep kicks again the
+  members of ledger indexes [from, to) that are neither done nor failed (read
+  in bounded pages beside this call). A pass over the ledger starts at 0 and
+  goes on window by window, one window per sweep visit, so that no visit's
+  work grows with the group. A pass's first window records the re-drive,
+  seals the ledger (a planner still writing it is refused: what the ledger
+  holds is the group) and pushes the deadline (and, if need be, the keys'
+  expiry) out; 'redrive_next' says where the pass goes on, until it is over.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   (each one's expiry pushed past the deadline)
 
   ARGV[1] token
   ARGV[2] max re-drives  a group is re-driven at most this many times
+  ARGV[3] from           the window's first index: 0, or where the pass is
+  ARGV[4] to             past its last index
 
-  Returns {Applied.APPLIED, re-drives so far, index, entry, index, entry, ...}
-  when re-driven, {Applied.UNCHANGED, re-drives so far} when the group is not
-  open (or missing, or not this token's) or has used up its re-drives.
+  Returns {Applied.APPLIED, re-drives so far, 1 if the pass is over else 0}
+  when the window may be kicked, {Applied.UNCHANGED, re-drives so far, 0} when
+  the group is not open (or missing, or not this token's), has used up its
+  re-drives, or its pass is elsewhere than ``from``.
 ]]
-local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'redrives', 'span', 'expires')
+local meta = redis.call('HMGET', KEYS[1],
+  'token', 'state', 'redrives', 'span', 'expires', 'redrive_next', 'total')
 if meta[1] ~= ARGV[1] or meta[2] ~= 'open' then
-  return {Applied.UNCHANGED, tonumber(meta[3]) or 0}
+  return {Applied.UNCHANGED, tonumber(meta[3]) or 0, 0}
 end
 local redrives = tonumber(meta[3])
-if redrives >= tonumber(ARGV[2]) then
-  return {Applied.UNCHANGED, redrives}
+local from, to = tonumber(ARGV[3]), tonumber(ARGV[4])
+if from ~= (tonumber(meta[6]) or 0) then
+  return {Applied.UNCHANGED, redrives, 0}
 end
-local now = now_ms()
-redrives = redis.call('HINCRBY', KEYS[1], 'redrives', 1)
-local deadline = now + tonumber(meta[4])
-redis.call('HSET', KEYS[1], 'redriven_at', now, 'deadline', deadline)
--- The group must outlive its new deadline: push every key's expiry past it.
-local expires = math.max(tonumber(meta[5]), deadline + tonumber(meta[4]))
-if expires > tonumber(meta[5]) then
-  redis.call('HSET', KEYS[1], 'expires', expires)
-  for _, key in ipairs(KEYS) do
-    redis.call('PEXPIREAT', key, expires)
+if from == 0 then
+  if redrives >= tonumber(ARGV[2]) then
+    return {Applied.UNCHANGED, redrives, 0}
+  end
+  local now = now_ms()
+  redrives = redis.call('HINCRBY', KEYS[1], 'redrives', 1)
+  local deadline = now + tonumber(meta[4])
+  redis.call('HSET', KEYS[1], 'redriven_at', now, 'deadline', deadline, 'sealed', 1)
+  -- The group must outlive its new deadline: push every key's expiry past it.
+  local expires = math.max(tonumber(meta[5]), deadline + tonumber(meta[4]))
+  if expires > tonumber(meta[5]) then
+    redis.call('HSET', KEYS[1], 'expires', expires)
+    for _, key in ipairs(KEYS) do
+      redis.call('PEXPIREAT', key, expires)
+    end
   end
 end
-
-local seen = {}
-for _, index in ipairs(redis.call('SMEMBERS', KEYS[3])) do seen[index] = true end
-for _, index in ipairs(redis.call('SMEMBERS', KEYS[4])) do seen[index] = true end
-local reply = {Applied.APPLIED, redrives}
-for _, index in ipairs(redis.call('HKEYS', KEYS[2])) do
-  if not seen[index] then
-    reply[#reply + 1] = index
-    reply[#reply + 1] = redis.call('HGET', KEYS[2], index)
-  end
+if to >= tonumber(meta[7]) then
+  redis.call('HDEL', KEYS[1], 'redrive_next')
+  return {Applied.APPLIED, redrives, 1}
 end
-return reply
+redis.call('HSET', KEYS[1], 'redrive_next', to)
+return {Applied.APPLIED, redrives, 0}

@@ -33,7 +33,10 @@ class GroupMeta:
         "lost": "lost_count",
         "lost_members": "lost",
         "planned": "planned",
+        "sealed": "sealed",
+        "planner_at": "planner_at",
         "redrives": "redrives",
+        "redrive_next": "redrive_next",
         "then_entry": "then",
         "on_error_entry": "on_error",
         "failure_policy": "policy",
@@ -70,7 +73,13 @@ class GroupMeta:
     lost_members: tuple[int, ...] = ()
     #: Every member was dispatched.
     planned: bool = False
+    #: The ledger takes no more chunks (every member written; none is kicked before).
+    sealed: bool = False
+    #: When the planner last wrote a chunk: its lease runs from then.
+    planner_at: int | None = None
     redrives: int = 0
+    #: Where the sweep's re-drive pass goes on at its next visit (0: no pass).
+    redrive_next: int = 0
     #: The continuations as the ledger keeps them ('' for none): see ``then``.
     then_entry: str = ""
     on_error_entry: str = ""
@@ -123,7 +132,10 @@ class GroupMeta:
             lost=as_int(f, "lost_count"),
             lost_members=tuple(int(i) for i in lost.split(",") if i) if lost else (),
             planned=f.get("planned") == "1",
+            sealed=f.get("sealed", "1") == "1",
+            planner_at=as_time(f, "planner_at"),
             redrives=as_int(f, "redrives"),
+            redrive_next=as_int(f, "redrive_next"),
             then_entry=f.get("then", ""),
             on_error_entry=f.get("on_error", ""),
             failure_policy=FailurePolicy(policy) if policy else None,

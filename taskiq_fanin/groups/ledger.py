@@ -1,0 +1,98 @@
+"""A group's ledger in chunks: members checked, serialized and read back in chunks.
+
+No script the planner runs, and none of its memory, grows with the group.
+
+A chunk closes at ``CHUNK_MEMBERS`` members or ``CHUNK_BYTES`` bytes of ledger
+entries, whichever comes first: one ``createGroup`` or ``appendLedger`` call
+each, a millisecond or so of Redis's time.
+"""
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups.validation import GroupPlan, checked_member
+from taskiq_fanin.model.signature import Signature
+from taskiq_fanin.model.spec import ChainSpec, member_from_ledger
+from taskiq_fanin.store.keys import GroupKeys
+
+#: The most members one ledger chunk holds.
+CHUNK_MEMBERS = 1_000
+#: The most bytes of ledger entries one chunk holds (one member may exceed it).
+CHUNK_BYTES = 256 * 1024
+
+Member = Signature | ChainSpec
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Members ``first`` to ``first + len(entries) - 1``, checked and serialized."""
+
+    first: int
+    members: tuple[Member, ...]
+    entries: tuple[str, ...]
+    #: No chunk follows.
+    last: bool
+
+
+async def chunks(ctx: FanInContext, plan: GroupPlan) -> AsyncGenerator[Chunk, None]:
+    """The plan's members in chunks; a listed group's were checked already.
+
+    A streamed member is checked before its chunk is handed on: a bad one
+    raises before that chunk is written (earlier ones may have been: the
+    planner then abandons the group, nothing having been kicked). One chunk is
+    read ahead, to tell the last one.
+    """
+    pending: Chunk | None = None
+    async for chunk in _chunks(ctx, plan):
+        if pending is not None:
+            yield pending
+        pending = chunk
+    if pending is None:
+        pending = Chunk(first=0, members=(), entries=(), last=True)
+    yield Chunk(pending.first, pending.members, pending.entries, last=True)
+
+
+async def _chunks(ctx: FanInContext, plan: GroupPlan) -> AsyncIterator[Chunk]:
+    if plan.stream is None:
+        members, entries = plan.members, plan.ledger
+        for first, stop in _bounds(entries):
+            yield Chunk(first, members[first:stop], entries[first:stop], last=False)
+        return
+    taken: list[Member] = []
+    written: list[str] = []
+    first = size = 0
+    async for member in plan.stream:
+        entry = checked_member(ctx, member, first + len(taken), depth=plan.depth)
+        taken.append(member)
+        written.append(entry)
+        size += len(entry)
+        if len(taken) >= CHUNK_MEMBERS or size >= CHUNK_BYTES:
+            yield Chunk(first, tuple(taken), tuple(written), last=False)
+            first, taken, written, size = first + len(taken), [], [], 0
+    if taken:
+        yield Chunk(first, tuple(taken), tuple(written), last=False)
+
+
+def _bounds(entries: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Where a listed ledger is cut into chunks: (first, stop) pairs."""
+    bounds, first, size = [], 0, 0
+    for index, entry in enumerate(entries):
+        size += len(entry)
+        if index + 1 - first >= CHUNK_MEMBERS or size >= CHUNK_BYTES:
+            bounds.append((first, index + 1))
+            first, size = index + 1, 0
+    if first < len(entries):
+        bounds.append((first, len(entries)))
+    return bounds
+
+
+async def undispatched(
+    ctx: FanInContext, keys: GroupKeys, total: int
+) -> AsyncIterator[dict[int, Member]]:
+    """The ledger's members with no outcome yet, a page at a time."""
+    for start in range(0, total, CHUNK_MEMBERS):
+        stop = min(start + CHUNK_MEMBERS, total)
+        entries = await ctx.scripts.missing_members(keys, start, stop)
+        if entries:
+            yield {i: member_from_ledger(entry) for i, entry in entries.items()}
