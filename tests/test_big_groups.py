@@ -24,6 +24,7 @@ from taskiq_fanin.inspection import group_status
 from taskiq_fanin.model.errors import (
     GroupTooWideError,
     InvalidChainError,
+    InvalidGroupError,
     MemberTooLargeError,
 )
 from taskiq_fanin.model.ids import member_task_id
@@ -392,6 +393,29 @@ async def test_a_bad_member_in_a_later_chunk_leaves_nothing_and_kicks_nothing(
     assert sent.sent == []  # no member was kicked
     left = await redis_client.keys(f"{key_prefix}:*")
     assert left == [f"{key_prefix}:stream".encode()]  # the broker's, nothing else
+
+
+async def test_a_group_of_members_from_an_iterator_is_kicked_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Its first kiq() read the iterator: a second would plan an empty group."""
+    sent = SentMessages()
+    broker, _ = stream_broker(redis_url, key_prefix, sent)
+
+    @broker.task
+    async def member(index: int) -> None:
+        return None
+
+    streamed = group(Signature.of(member, i) for i in range(3))
+    await broker.startup()
+    try:
+        await streamed.kiq(broker)
+        with pytest.raises(InvalidGroupError, match="build the group again"):
+            await streamed.kiq(broker)
+    finally:
+        await broker.shutdown()
+
+    assert len(sent.sent) == 3  # the first kiq's members, nothing more
 
 
 def test_a_chain_refuses_a_group_of_members_from_an_iterator() -> None:

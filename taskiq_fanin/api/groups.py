@@ -14,6 +14,7 @@ from taskiq_fanin.groups import inspection
 from taskiq_fanin.groups.continuation import cancel_group
 from taskiq_fanin.groups.planning import plan_group
 from taskiq_fanin.groups.validation import validate_group
+from taskiq_fanin.model.errors import InvalidGroupError
 from taskiq_fanin.model.options import GroupOptions
 from taskiq_fanin.model.results import GroupStatus
 from taskiq_fanin.model.signature import Signature
@@ -70,6 +71,8 @@ class Group(GroupSpec):
 
     #: Members from an iterator, read a chunk at a time as they are planned.
     _stream: AsyncIterator[Signature | ChainSpec] | None = PrivateAttr(default=None)
+    #: A streamed group was kicked: its iterator is read, and cannot be again.
+    _kicked: bool = PrivateAttr(default=False)
 
     @property
     def streamed(self) -> bool:
@@ -90,6 +93,14 @@ class Group(GroupSpec):
         before it being removed again.
         """
         ctx = context_of(broker)
+        if self.streamed:
+            if self._kicked:
+                raise InvalidGroupError(
+                    reason="its members come from an iterator, which its first "
+                    "kiq() read: build the group again (group(members, ...)) to "
+                    "plan it again"
+                )
+            self._kicked = True
         planned = await plan_group(ctx, validate_group(ctx, self, stream=self.stream))
         return GroupHandle(planned.group_id, planned.created, ctx)
 
