@@ -303,13 +303,6 @@ async def test_the_cli_on_a_cluster_node_without_cluster_says_to_pass_it(
     assert "No open groups or chains" in clustered.stdout
 
 
-@pytest.mark.skip(reason="windowed fan-out (max_in_flight) is not built yet")
-async def test_a_windowed_group_on_a_cluster() -> None:
-    """When ``group(..., max_in_flight=K)`` lands: at most K members of a group
-    queued or running at once on the cluster brokers, and the sweep refills a
-    stalled window."""
-
-
 @pytest.mark.parametrize(
     "broker_type", [RedisStreamClusterBroker, ListQueueClusterBroker]
 )

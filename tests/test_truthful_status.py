@@ -21,8 +21,8 @@ from taskiq_fanin import (
     group,
     status,
 )
+from taskiq_fanin.chains.tasks import step_error_payload as error_payload
 from taskiq_fanin.groups.inspection import status_from_meta
-from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.inspection import chain_status
 from taskiq_fanin.model.errors import GroupStepFailedError
 from taskiq_fanin.model.results import MEMBERS_KEPT, StepError, from_millis

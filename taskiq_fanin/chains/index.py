@@ -1,6 +1,6 @@
 """The sweep's index of chains: chain ids scored by when to look at them next.
 
-Scores are on Redis's clock (the ``schedule`` script reads it). It may be stale
+Scores are on Redis's clock (the ``scheduleSweep`` script reads it). It may be stale
 (the sweep trusts each chain's record and prunes it), but it must never miss a
 chain whose record exists: starting writes the entry first. The groups' index
 is the group engine's own (``groups/index.py``).

@@ -5,12 +5,11 @@ from typing import Any
 
 from taskiq import TaskiqResult
 
-from taskiq_fanin.chains import index, launch, saga
+from taskiq_fanin.chains import index, launch, saga, tasks
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.chains.membership import end_member, member_end
 from taskiq_fanin.chains.record import keys_of
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.groups.validation import GroupPlan
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import MemberNotSerializableError, MemberTooLargeError
@@ -46,7 +45,7 @@ async def step_finished(
         result, plan = _unless_unusable(ctx, after, following, result, delivery)
     failure = ""
     if result.is_err:
-        failure = error_payload(result.error, ctx.config.max_result_bytes)
+        failure = tasks.step_error_payload(result.error, ctx.config.max_result_bytes)
         if not cursor.keep_going:
             await _failed(ctx, cursor, result, failure, undo, delivery=delivery)
             return

@@ -13,7 +13,7 @@ its compensations run as for a failure.
 
 from taskiq import TaskiqResult
 
-from taskiq_fanin.chains import index, launch, record
+from taskiq_fanin.chains import index, launch, record, tasks
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.membership import (
     cancelled_result,
@@ -23,7 +23,6 @@ from taskiq_fanin.chains.membership import (
 )
 from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
-from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import FanInError
 from taskiq_fanin.model.ids import (
@@ -95,7 +94,7 @@ async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
     """
     kick = PendingStep.model_validate_json(pending)
     cursor = kick.cursor
-    failure = error_payload(error, ctx.config.max_result_bytes)
+    failure = tasks.step_error_payload(error, ctx.config.max_result_bytes)
     delivery = new_delivery()
     # Should the sweep die half-way, the next one finishes it a lease later.
     await index.reschedule(ctx, cursor.id, ms(ctx.config.lease))

@@ -10,11 +10,36 @@ from typing import TypeVar
 
 from taskiq import AsyncBroker
 
+from taskiq_fanin.groups.recording import error_payload
 from taskiq_fanin.model.errors import GroupStepFailedError
 from taskiq_fanin.model.group_result import GroupResult
-from taskiq_fanin.model.results import MEMBERS_KEPT
+from taskiq_fanin.model.results import MEMBERS_KEPT, MemberError, StepError
 
 T = TypeVar("T")
+
+
+def step_error_payload(error: BaseException | None, limit: int) -> str:
+    """A failed chain step's error as a small JSON summary (a ``StepError``).
+
+    A failed group step's (``GroupStepFailedError``) names its failed members'
+    errors and its lost members too, bounded: at most ``MEMBERS_KEPT`` of each,
+    the lowest indexes, each message cut to ``limit // MEMBERS_KEPT`` (the whole
+    stays near ``2 * limit``). Any other error reads as a member's does.
+    """
+    if not isinstance(error, GroupStepFailedError):
+        return error_payload(error, limit)
+    share = max(limit // MEMBERS_KEPT, 1)
+    summary = StepError(
+        type=type(error).__name__,
+        message=str(error)[:limit],
+        members={
+            index: MemberError(type=kind, message=message[:share])
+            for index, kind, message in sorted(error.member_errors)[:MEMBERS_KEPT]
+        },
+        lost=sorted(error.lost_members)[:MEMBERS_KEPT],
+    )
+    return summary.model_dump_json(exclude_defaults=True)
+
 
 #: Carries a chain on past a group step.
 CONTINUE_TASK_NAME = "taskiq_fanin.continue_chain"

@@ -178,8 +178,16 @@ async def _write_rest(
                 )
                 return False, total
     except FanInError:
-        if await ctx.scripts.abandon_group(keys, token=token):
-            await index.remove(ctx, keys.group_id)
+        if not await ctx.scripts.abandon_group(keys, token=token):
+            # Another planner or the sweep sealed the ledger meanwhile: the group
+            # runs as that ledger holds it, without the rest of the iterator.
+            logger.warning(
+                "Group %s: a bad member was found after its ledger was sealed "
+                "by another planner or the sweep; the group runs without it",
+                keys.group_id,
+            )
+            return False, total
+        await index.remove(ctx, keys.group_id)
         raise
     return True, total
 

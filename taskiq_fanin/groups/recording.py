@@ -16,9 +16,8 @@ from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
 from taskiq_fanin.groups.finalising import finalise
 from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.errors import GroupStepFailedError
 from taskiq_fanin.model.labels import MemberRef
-from taskiq_fanin.model.results import MEMBERS_KEPT, MemberError, StepError
+from taskiq_fanin.model.results import MemberError
 from taskiq_fanin.store.keys import group_keys
 from taskiq_fanin.store.replies import Outcome, Recorded
 
@@ -56,24 +55,12 @@ def result_payload(value: Any, limit: int, ref: MemberRef) -> str:
 
 
 def error_payload(error: BaseException | None, limit: int) -> str:
-    """A failed member's (or chain step's) error as a small JSON summary.
-
-    A failed group step's names its failed members' errors and its lost members
-    too, bounded: at most ``MEMBERS_KEPT`` of each, the lowest indexes, each
-    message cut to ``limit // MEMBERS_KEPT`` (the whole stays near ``2 * limit``).
-    """
-    summary = StepError(
+    """A failed member's error as a small JSON summary, its message cut to ``limit``."""
+    summary = MemberError(
         type=type(error).__name__ if error is not None else "UnknownError",
         message=str(error)[:limit] if error is not None else "",
     )
-    if isinstance(error, GroupStepFailedError):
-        share = max(limit // MEMBERS_KEPT, 1)
-        summary.members = {
-            index: MemberError(type=kind, message=message[:share])
-            for index, kind, message in sorted(error.member_errors)[:MEMBERS_KEPT]
-        }
-        summary.lost = sorted(error.lost_members)[:MEMBERS_KEPT]
-    return summary.model_dump_json(exclude_defaults=True)
+    return summary.model_dump_json()
 
 
 def outcome_of(

@@ -184,7 +184,7 @@ def check_task(
     if task is None:
         raise UnknownTaskError(task_name=sig.task_name)
     undo = sig.compensation
-    if undo is not None and not ctx.knows_task(undo.task_name):
+    if undo is not None and ctx.broker.find_task(undo.task_name) is None:
         raise UnknownTaskError(task_name=undo.task_name)
     if bind:
         check_arguments(task, what, sig, receives=receives)

@@ -60,7 +60,7 @@ class StepError(MemberError):
     """A chain step's error as its record keeps it.
 
     A failed group step's names its failed members' own errors and its lost
-    members (a task step's names none). Bounded (``groups/recording.py``): the
+    members (a task step's names none). Bounded (``chains/tasks.py``): the
     lowest-indexed members only, each message cut short; the counts are in
     ``message``.
     """

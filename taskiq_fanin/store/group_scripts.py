@@ -187,7 +187,7 @@ class GroupScripts:
         return Applied(reply) is Applied.APPLIED
 
     async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
-        """Meta, lease and missing members of a group; ``None`` if it is gone."""
+        """Meta, lease and Redis's clock of a group; ``None`` if it is gone."""
         inspecting = [keys.meta, keys.claim]
         return replies.inspected(await self._scripts["inspectGroup"](keys=inspecting))
 

@@ -1,8 +1,10 @@
 """The Redis key layout, in one place.
 
 Every key of one group shares the hash tag ``{<group_id>}`` so that every script
-touches a single Cluster slot. The open-groups index is the only key outside a
-group; it may be stale, and readers trust each group's own keys.
+touches a single Cluster slot (a chain's record and compensations share
+``{<chain_id>}`` the same way). Outside them: the sweep's indexes of groups and
+chains, which may be stale (readers trust each group's or chain's own keys), and
+the sweep's lock.
 """
 
 from dataclasses import dataclass

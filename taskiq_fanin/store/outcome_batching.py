@@ -155,7 +155,7 @@ class OutcomeBatcher:
         """Record one member; returns its code and the call's shared reply.
 
         ``head`` (the script's arguments after the token) is taken from the
-        first member of a call: a worker passes the same, up to the clock.
+        first member of a call: a worker passes the same for every member.
         """
         key = group_call_key(keys, token)
         call = self._open.get(key)

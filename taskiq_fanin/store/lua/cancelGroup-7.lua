@@ -17,7 +17,7 @@ if redis.call('HGET', KEYS[1], 'state') ~= 'open' then
   return Applied.UNCHANGED
 end
 move(KEYS[1], 'group', 'open', 'cancelled', 'cancelled_at', now_ms())
-redis.call('DEL', KEYS[2], KEYS[5], KEYS[6], KEYS[7])
+redis.call('UNLINK', KEYS[2], KEYS[5], KEYS[6], KEYS[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[3], ARGV[1])
 redis.call('PEXPIRE', KEYS[4], ARGV[1])

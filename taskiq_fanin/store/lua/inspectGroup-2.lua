@@ -2,7 +2,7 @@
   A group as the sweep judges it: its meta, whether the finaliser's lease is
   still held, and Redis's clock (every deadline in the meta is on it). O(1) in
   the group's size: which members are missing is read in bounded pages
-  (GroupScripts.missing_page), never here.
+  (GroupScripts.missing_members), never here.
 
   KEYS[1] meta      KEYS[2] claim
 

@@ -21,10 +21,10 @@ if meta[1] ~= ARGV[1] or not may_move('group', meta[2], 'completed') then
 end
 move(KEYS[1], 'group', meta[2], 'completed', 'completed_at', now_ms())
 if by_reference(meta[3], meta[4]) then
-  redis.call('DEL', KEYS[2], KEYS[7])
+  redis.call('UNLINK', KEYS[2], KEYS[7])
   for key = 3, 6 do redis.call('PEXPIRE', KEYS[key], ARGV[2]) end
 else
-  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+  redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return Applied.APPLIED

@@ -30,7 +30,7 @@ if state == 'completed' then
   return Applied.APPLIED  -- the continuation ran and completed before this was recorded
 end
 if redis.call('GET', KEYS[7]) == ARGV[4] then
-  redis.call('DEL', KEYS[7])
+  redis.call('UNLINK', KEYS[7])
 end
 if ARGV[2] ~= 'none' then
   if state == 'claimed' then
@@ -39,6 +39,6 @@ if ARGV[2] ~= 'none' then
   return Applied.APPLIED
 end
 move(KEYS[1], 'group', state, 'completed', 'completed_at', now)
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return Applied.APPLIED
