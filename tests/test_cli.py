@@ -263,9 +263,9 @@ async def test_status_of_a_finished_group_or_chain_shows_when_it_finished(
         assert table.code == as_json.code == 0, table.stderr + as_json.stderr
         assert _row(table.stdout, "finished") == f"{finished:%Y-%m-%d %H:%M:%S} UTC"
         document = as_json.json()
-        assert datetime.fromisoformat(document["finished"]) == finished
+        assert _iso(document["finished"]) == finished
         started = document.get("created") or document["started"]
-        age = (finished - datetime.fromisoformat(started)).total_seconds()
+        age = (finished - _iso(started)).total_seconds()
         assert document["age_seconds"] == age
 
 
@@ -526,6 +526,11 @@ def test_the_cli_doc_lists_the_exit_codes_the_command_returns() -> None:
     ]
 
     assert rows == [str(code.value) for code in ExitCode]
+
+
+def _iso(text: str) -> datetime:
+    """A JSON time (pydantic writes UTC as ``Z``, which Python 3.10 cannot read)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _row(table: str, first: str) -> str:
