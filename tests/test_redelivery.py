@@ -141,7 +141,10 @@ async def test_on_a_quiet_stream_a_killed_member_waits_for_the_next_message(
         starts=total_starts,
     )
     assert not alive(pid)
-    assert pending_idle == 1  # XAUTOCLAIM would take it, but no read returned
+    # The killed worker's member (and whatever else it had read ahead, which
+    # depends on timing: seen as 2 on a busy machine) are idle past the
+    # timeout: XAUTOCLAIM would take them, but no read returned anything.
+    assert pending_idle >= 1
     assert starts_while_quiet == 1
     assert state_while_quiet == "open"
     assert total_starts == 2  # the killed run, and the one the nudge brought back
@@ -206,7 +209,7 @@ async def test_on_a_quiet_stream_the_sweep_redrives_a_killed_member_past_its_dea
 
 
 async def _overdue_and_idle(rig: Rig, group_id: str) -> bool:
-    return (await status(rig, group_id)).overdue() and await idle_pending(rig) == 1
+    return (await status(rig, group_id)).overdue() and await idle_pending(rig) >= 1
 
 
 async def test_on_a_list_broker_a_killed_member_never_comes_back_but_is_redriven(
