@@ -220,13 +220,14 @@ async def test_the_claim_of_a_by_reference_group_reads_no_outcome(
 async def test_results_live_past_the_groups_ttl_until_the_continuation_reads_them(
     redis_url: str, key_prefix: str
 ) -> None:
-    # ttl 2 s; the members end after 1.5 s, and the continuation reads after
-    # the group's first expiry (2 s from planning): the claim pushed it out.
+    # ttl 3 s; the members end after 1 s (room for a loaded machine), and the
+    # continuation reads after the group's first expiry (3 s from planning):
+    # the claim pushed it out.
     broker, _ = stream_broker(
         redis_url,
         key_prefix,
         results_inline_max=2,
-        ttl=2.0,
+        ttl=3.0,
         deadline=1.0,
         finaliser_lease=1.0,
     )
@@ -235,12 +236,12 @@ async def test_results_live_past_the_groups_ttl_until_the_continuation_reads_the
 
     @broker.task
     async def slow(index: int) -> int:
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.0)
         return index
 
     @broker.task
     async def late(result: GroupResult) -> None:
-        await asyncio.sleep(max(planned_at[0] + 2.3 - time.monotonic(), 0))
+        await asyncio.sleep(max(planned_at[0] + 3.3 - time.monotonic(), 0))
         read.append([item async for item in result.iter_results(page_size=2)])
 
     async with worker(broker, max_async_tasks=10) as receiver:
@@ -256,7 +257,7 @@ async def test_a_reference_read_after_its_tombstone_raises_a_typed_error(
     redis_url: str, key_prefix: str, redis_client: Redis
 ) -> None:
     broker, fanin = stream_broker(
-        redis_url, key_prefix, results_inline_max=5, tombstone_ttl=0.5
+        redis_url, key_prefix, results_inline_max=5, tombstone_ttl=2.0
     )
     read: list[Read] = []
     square, gather = _app(broker, read)
