@@ -17,8 +17,7 @@ from taskiq_fanin.model.results import (
     from_millis,
 )
 from taskiq_fanin.store.keys import ChainKeys, chain_index_key, validate_chain_id
-from taskiq_fanin.store.records import ChainRecord
-from taskiq_fanin.store.records.fields import text
+from taskiq_fanin.store.records import ChainRecord, read_indexed
 from taskiq_fanin.store.replies import Begin
 
 #: What a listing shows: chains not over yet.
@@ -84,17 +83,17 @@ async def list_chains(
     ``chain_stuck``.
     """
     positive("limit", limit)
-    raw_ids = await ctx.redis.zrange(chain_index_key(ctx.config.prefix), 0, limit - 1)
-    chain_ids = [text(raw) for raw in raw_ids]
-    async with ctx.redis.pipeline(transaction=False) as pipe:
-        for chain_id in chain_ids:
-            pipe.hgetall(keys_of(ctx, chain_id).record)
-        records = await pipe.execute()
+    found = await read_indexed(
+        ctx.redis,
+        chain_index_key(ctx.config.prefix),
+        limit,
+        lambda chain_id: keys_of(ctx, chain_id).record,
+        ChainRecord,
+    )
     if now is None:
         now = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     statuses = [
-        status_from_record(chain_id, ChainRecord.from_hash(found), read_at=now)
-        for chain_id, found in zip(chain_ids, records, strict=True)
+        status_from_record(chain_id, chain, read_at=now) for chain_id, chain in found
     ]
     return [
         status

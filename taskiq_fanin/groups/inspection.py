@@ -10,8 +10,7 @@ from taskiq_fanin.store.keys import (
     index_key,
     validate_group_id,
 )
-from taskiq_fanin.store.records import GroupMeta
-from taskiq_fanin.store.records.fields import text
+from taskiq_fanin.store.records import GroupMeta, read_indexed
 
 #: The most groups one listing reads.
 DEFAULT_LIST_LIMIT = 1000
@@ -78,17 +77,17 @@ async def list_groups(
     (unless ``now`` says otherwise).
     """
     positive("limit", limit)
-    raw_ids = await ctx.redis.zrange(index_key(ctx.config.prefix), 0, limit - 1)
-    group_ids = [text(raw) for raw in raw_ids]
-    async with ctx.redis.pipeline(transaction=False) as pipe:
-        for group_id in group_ids:
-            pipe.hgetall(GroupKeys(ctx.config.prefix, group_id).meta)
-        metas = await pipe.execute()
+    found = await read_indexed(
+        ctx.redis,
+        index_key(ctx.config.prefix),
+        limit,
+        lambda group_id: GroupKeys(ctx.config.prefix, group_id).meta,
+        GroupMeta,
+    )
     if now is None:
         now = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     statuses = [
-        status_from_meta(group_id, GroupMeta.from_hash(meta), read_at=now)
-        for group_id, meta in zip(group_ids, metas, strict=True)
+        status_from_meta(group_id, meta, read_at=now) for group_id, meta in found
     ]
     return [
         status

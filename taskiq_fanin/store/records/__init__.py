@@ -13,11 +13,12 @@ hash that is gone) reads as its default: a missing hash reads as state
 for, so that the sweep's judgement of a record parses no JSON it does not use.
 """
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from taskiq_fanin.store.client import RedisClient
 from taskiq_fanin.store.records.chain_record import ChainRecord
-from taskiq_fanin.store.records.fields import FAILURE_PREFIX, as_text
+from taskiq_fanin.store.records.fields import FAILURE_PREFIX, as_text, text
 from taskiq_fanin.store.records.group_meta import META_FIELDS, GroupMeta, meta_options
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "as_text",
     "meta_options",
     "read_fields",
+    "read_indexed",
 ]
 
 Record = TypeVar("Record", GroupMeta, ChainRecord)
@@ -49,6 +51,28 @@ async def read_fields(
         if value is not None
     }
     return record.from_hash(found)
+
+
+async def read_indexed(
+    client: RedisClient,
+    index: str,
+    limit: int,
+    key_of: Callable[[str], str],
+    record: type[Record],
+) -> list[tuple[str, Record]]:
+    """The first ``limit`` ids of a sweep index, soonest due first, with records.
+
+    ``key_of(id)`` names each id's hash: one read of the index, one pipeline.
+    """
+    ids = [text(raw) for raw in await client.zrange(index, 0, limit - 1)]
+    async with client.pipeline(transaction=False) as pipe:
+        for found_id in ids:
+            pipe.hgetall(key_of(found_id))
+        hashes = await pipe.execute()
+    return [
+        (found_id, record.from_hash(raw))
+        for found_id, raw in zip(ids, hashes, strict=True)
+    ]
 
 
 #: Every field name a group's meta or a chain's record is stored under (and the
