@@ -14,6 +14,11 @@ from collections.abc import Awaitable, Callable
 #: Default poll interval; short next to any timed run.
 POLL_SECONDS = 0.01
 
+#: Longest one poll may take: a call stuck on a wedged connection is cancelled
+#: (redis-py then drops that connection) and the condition is polled again, so
+#: the deadline holds whatever one call does.
+CALL_SECONDS = 10.0
+
 Condition = Callable[[], bool | Awaitable[bool]]
 
 
@@ -27,7 +32,9 @@ async def wait_until(
     """Poll ``condition`` until it holds (True) or ``timeout`` passes (False).
 
     ``condition`` may be a plain function or a coroutine function. ``check``
-    runs before every poll and may raise (a worker that died).
+    runs before every poll and may raise (a worker that died). A coroutine that
+    takes longer than :data:`CALL_SECONDS` (or than the time left) counts as
+    not holding, and is polled again.
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -35,7 +42,11 @@ async def wait_until(
             check()
         held = condition()
         if not isinstance(held, bool):
-            held = await held
+            left = max(deadline - time.monotonic(), 0.0) + POLL_SECONDS
+            try:
+                held = await asyncio.wait_for(held, min(CALL_SECONDS, left))
+            except asyncio.TimeoutError:
+                held = False
         if held:
             return True
         if time.monotonic() > deadline:
