@@ -33,6 +33,7 @@ EVERY_OPTION: dict[str, tuple[Any, Check]] = {
     "deadline": (120, lambda meta, _: meta["span"] == "120000"),
     "cancellable": (True, lambda meta, _: meta["cancellable"] == "1"),
     "results_inline_max": (7, lambda meta, _: meta["inline_max"] == "7"),
+    "max_in_flight": (3, lambda meta, _: meta["max_in_flight"] == "3"),
 }
 #: The values a ``@group_task`` body overrides its decorator's with.
 OVERRIDES: dict[str, tuple[Any, Check]] = {

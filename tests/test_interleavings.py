@@ -138,7 +138,7 @@ class GroupLife(Scripted):
         used.append(delivery)
         outcome = Outcome.FAILED if failed else Outcome.DONE
         was_open = self.state == "open"
-        code, collected = self.run(
+        code, collected, _ = self.run(
             self.scripts.record_outcome(
                 self.keys, token="tok", index=index, outcome=outcome, payload="",
                 lease_ms=60_000, claimant="w", delivery=delivery,

@@ -72,7 +72,7 @@ async def record_with_outcomes(
     payload: str = "",
     delivery: str = DELIVERY,
 ) -> tuple[Recorded, CollectedOutcomes | None]:
-    return await scripts.record_outcome(
+    recorded, collected, _ = await scripts.record_outcome(
         keys,
         token=token,
         index=index,
@@ -82,6 +82,7 @@ async def record_with_outcomes(
         claimant="test",
         delivery=delivery,
     )
+    return recorded, collected
 
 
 async def record(

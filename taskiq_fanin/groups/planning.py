@@ -202,7 +202,8 @@ async def _dispatch(
     """Kick the members: those ``in_hand`` when the planner holds them all.
 
     Else read back from the sealed ledger of ``total`` members a page at a
-    time (those with no outcome yet).
+    time (those with no outcome yet). Of a windowed group, only its released
+    ones: the first ``max_in_flight``, or as far as its outcomes released.
     """
 
     async def kick(members: dict[int, Signature | ChainSpec]) -> None:
@@ -215,11 +216,15 @@ async def _dispatch(
             cancellable=plan.options.cancellable,
         )
 
+    window = plan.options.max_in_flight
     if in_hand is not None:
-        await kick(in_hand)
+        # A new group: nothing of it is recorded yet, its first window is kicked.
+        first = range(min(window, len(in_hand))) if window else None
+        await kick({i: in_hand[i] for i in first} if first is not None else in_hand)
         return
     keys = GroupKeys(ctx.config.prefix, plan.group_id)
-    async for page in ledger.undispatched(ctx, keys, total):
+    released = await ctx.scripts.released(keys)  # the meta's window, if any
+    async for page in ledger.undispatched(ctx, keys, min(total, released)):
         await kick(page)
 
 

@@ -14,6 +14,7 @@ from taskiq import TaskiqResult
 
 from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
+from taskiq_fanin.groups import window
 from taskiq_fanin.groups.finalising import finalise
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.labels import MemberRef
@@ -81,10 +82,11 @@ async def record(
     The outcome and its payload come made (:func:`outcome_of`, or a chain's
     record kept them). ``delivery`` names this delivery of the member: retried
     with the same one after an error, a claim whose reply was lost is finalised
-    all the same.
+    all the same. An outcome that released the next member of a windowed
+    group kicks it here (``groups/window.py``).
     """
     config = ctx.config
-    recorded, collected = await ctx.scripts.record_outcome(
+    recorded, collected, released = await ctx.scripts.record_outcome(
         group_keys(config.prefix, ref.group_id),
         token=ref.token,
         index=ref.index,
@@ -105,6 +107,9 @@ async def record(
         )
     if recorded in (Recorded.RECORDED, Recorded.CLAIMED, Recorded.COUNTED_CANCELLED):
         metrics.member_recorded(outcome.value)
+    if released is not None:
+        # Before the member's message is acknowledged: raised, it is retried.
+        await window.kick_released(ctx, ref, released)
     if recorded is Recorded.CLAIMED:
         claimed = time.monotonic()
         await finalise(

@@ -55,6 +55,10 @@ class GroupOptions(BaseModel):
     #: A group of more members hands its continuation a ``GroupResult`` by
     #: reference: counts only, its results read with ``iter_results()``.
     results_inline_max: int | None = Field(default=None, gt=0)
+    #: At most this many members are queued or running at once: the planner
+    #: kicks the first ones, and each recorded outcome kicks the next
+    #: (``None``: every member is kicked at planning).
+    max_in_flight: int | None = Field(default=None, gt=0, strict=True)
 
     @field_validator("then", "on_error", mode="before")
     @classmethod
@@ -122,3 +126,4 @@ class GroupOptionsArgs(TypedDict, total=False):
     deadline: float | timedelta | None
     cancellable: bool
     results_inline_max: int | None
+    max_in_flight: int | None

@@ -88,6 +88,13 @@ class GroupStatus(BaseModel):
     finished: datetime | None = None
     planned: bool = False
     redrives: int = 0
+    #: The group's window: at most this many members queued or running at once
+    #: (``None``: every member was kicked at planning).
+    max_in_flight: int | None = None
+    #: Of an open group: members released (kicked) without an outcome yet, and
+    #: members of a windowed group waiting for a place in its window.
+    in_flight: int = 0
+    waiting: int = 0
     #: Redis's clock when this was read: what its age and ``overdue()`` go by.
     read_at: datetime | None = None
 

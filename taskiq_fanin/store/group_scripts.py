@@ -24,6 +24,7 @@ from taskiq_fanin.store.replies import (
     Outcome,
     Recorded,
     Redriven,
+    Released,
 )
 from taskiq_fanin.store.scripts import Scripts
 
@@ -122,6 +123,10 @@ class GroupScripts:
         """Ledger entries of members ``start`` to ``stop - 1`` with no outcome."""
         return await ledger_reads.missing_members(self._pipeline, keys, start, stop)
 
+    async def released(self, keys: GroupKeys) -> int:
+        """How far (ledger indexes from 0) a group's members may have been kicked."""
+        return await ledger_reads.released(self._pipeline, keys)
+
     async def record_outcome(
         self,
         keys: GroupKeys,
@@ -133,14 +138,16 @@ class GroupScripts:
         lease_ms: int,
         claimant: str,
         delivery: str,
-    ) -> tuple[Recorded, CollectedOutcomes | None]:
+    ) -> tuple[Recorded, CollectedOutcomes | None, Released | None]:
         """Record one member's outcome; ``CLAIMED`` means: you finalise.
 
         The claimant also gets what the finaliser needs (``collect_outcomes``);
         the lease it takes holds ``<claimant>#<delivery>``, and the same
         ``delivery`` retrying after a lost reply is told ``CLAIMED`` again.
+        In a windowed group, the member the outcome released (to kick), told
+        again to the same ``delivery``, and to another after ``lease_ms``.
         """
-        code, shared = await self.outcomes.record(
+        code, shared, own = await self.outcomes.record(
             keys.recording,
             token,
             head=(lease_ms, claimant),
@@ -148,8 +155,8 @@ class GroupScripts:
         )
         recorded = Recorded(code)
         if recorded is Recorded.CLAIMED:
-            return recorded, replies.collected(shared)
-        return recorded, None
+            return recorded, replies.collected(shared), None
+        return recorded, None, replies.released(own)
 
     async def collect_outcomes(
         self, keys: GroupKeys, *, token: str
@@ -229,7 +236,8 @@ class GroupScripts:
     async def cancel_group(self, keys: GroupKeys, *, tombstone_ms: int) -> bool:
         """Cancel an open group; False if it is missing or not open."""
         args = [tombstone_ms]
-        reply = await self._scripts["cancelGroup"](keys=keys.all, args=args)
+        cancelling = [*keys.all, keys.window]
+        reply = await self._scripts["cancelGroup"](keys=cancelling, args=args)
         return Applied(reply) is Applied.APPLIED
 
     async def begin_continuation(

@@ -76,6 +76,17 @@ class GroupKeys:
         return self._key("errors")
 
     @property
+    def window(self) -> str:
+        """Hash, of a windowed group: member index -> what its outcome released.
+
+        ``<released index> <when> <delivery>``: the same delivery asking again
+        (its reply lost) is told the index again; another, once the release's
+        lease ran out, kicks it again (its first kick may have died with its
+        worker). Removed when the group is claimed: every member has an outcome.
+        """
+        return self._key("window")
+
+    @property
     def claim(self) -> str:
         """String: the finaliser's lease (who holds it, with an expiry).
 
@@ -107,6 +118,8 @@ class GroupKeys:
             self.results,
             self.errors,
             self.claim,
+            self.plan,
+            self.window,
         )
 
 

@@ -73,7 +73,7 @@ class _GroupCall:
     keys: Sequence[Any]
     token: str
     head: Sequence[Any]
-    members: list[tuple[Sequence[Any], "asyncio.Future[tuple[Any, Any]]"]] = field(
+    members: list[tuple[Sequence[Any], "asyncio.Future[tuple[Any, Any, Any]]"]] = field(
         default_factory=list
     )
     #: The call waits for more members (its group is busy here) ...
@@ -151,15 +151,17 @@ class OutcomeBatcher:
         token: str,
         head: Sequence[Any],
         member: Sequence[Any],
-    ) -> tuple[Any, Any]:
-        """Record one member; returns its code and the call's shared reply.
+    ) -> tuple[Any, Any, Any]:
+        """Record one member: its code, the call's shared reply and its own part.
+
+        Its own part: its entry of the script's fourth field (``None`` without).
 
         ``head`` (the script's arguments after the token) is taken from the
         first member of a call: a worker passes the same for every member.
         """
         key = group_call_key(keys, token)
         call = self._open.get(key)
-        reply: asyncio.Future[tuple[Any, Any]] = (
+        reply: asyncio.Future[tuple[Any, Any, Any]] = (
             asyncio.get_running_loop().create_future()
         )
         if call is None:
@@ -223,11 +225,13 @@ class OutcomeBatcher:
                         await asyncio.wait_for(
                             call.complete.wait(), self.tuning.gather_seconds
                         )
-            codes, shared, outstanding = await self._call_script(key, call)
+            codes, shared, outstanding, *own = await self._call_script(key, call)
             self._remember(key, int(outstanding))
-            for (_, reply), code in zip(call.members, codes, strict=True):
+            # A fourth field, when the script sends one, is per member.
+            each = own[0] if own else [None] * len(codes)
+            for (_, reply), code, mine in zip(call.members, codes, each, strict=True):
                 if not reply.done():
-                    reply.set_result((code, shared))
+                    reply.set_result((code, shared, mine))
         except BaseException as exc:
             fail_all(call.members, exc)
             if not isinstance(exc, Exception):

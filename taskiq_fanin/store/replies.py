@@ -239,6 +239,25 @@ def collected(reply: list[Any]) -> CollectedOutcomes:
     )
 
 
+@dataclass(frozen=True)
+class Released:
+    """A member of a windowed group an outcome released: the caller kicks it."""
+
+    index: int
+    #: Its ledger row ('' if the ledger has none).
+    entry: str
+    depth: int
+    cancellable: bool
+
+
+def released(part: list[Any] | None) -> Released | None:
+    """A member's own part of ``recordOutcome``'s reply: what it released."""
+    if not part:
+        return None
+    index, entry, depth, cancellable = part
+    return Released(int(index), text(entry), int(depth), text(cancellable) == "1")
+
+
 def inspected(reply: list[Any]) -> Inspected | None:
     """``inspectGroup``'s reply; ``None`` when the group is gone."""
     if not reply:

@@ -13,7 +13,7 @@ from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
 from taskiq_fanin.groups import index
 from taskiq_fanin.groups.finalising import finalise
-from taskiq_fanin.groups.planning import dispatch_members
+from taskiq_fanin.groups.window import kick_rows
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.results import GroupState, SweepPolicy
 from taskiq_fanin.model.spec import member_from_ledger
@@ -86,7 +86,8 @@ async def judge(
     if state is GroupState.OPEN:
         # Only a re-drive goes on where its pass is; a sample starts at 0.
         start = meta.redrive_next if finding.action is SweepAction.REDRIVE else 0
-        stop = min(start + REDRIVE_WINDOW, meta.total)
+        # A windowed group's unreleased members wait their turn: never kicked here.
+        stop = min(start + REDRIVE_WINDOW, meta.released)
         window = Window(
             start, stop, await ctx.scripts.missing_members(keys, start, stop)
         )
@@ -160,7 +161,8 @@ def _finding(
         total=meta.total,
         done=meta.done,
         failed=meta.failed,
-        missing_count=max(meta.total - meta.done - meta.failed, 0),
+        # Of a windowed group, those released: the others wait their turn.
+        missing_count=max(meta.released - meta.done - meta.failed, 0),
         age_seconds=(now - (meta.created_at or now)) / 1000,
         overdue_seconds=max(now - due_at, 0) / 1000,
         redrives=meta.redrives,
@@ -184,7 +186,7 @@ async def _act(
         # Members whose task is unknown are left: when they are all there is,
         # nothing is kicked and no re-drive is spent.
         kick = {i: e for i, e in window.members.items() if i not in unknown}
-        whole = window.start == 0 and window.stop >= meta.total
+        whole = window.start == 0 and window.stop >= meta.released
         if kick or not whole:
             look_again = await _redrive(ctx, finding, meta, window, kick)
     elif action is SweepAction.GIVE_UP:
@@ -241,17 +243,16 @@ async def _redrive(
         used = f"not re-driven: {redriven.redrives} re-drives used"
         finding.note = "; ".join(filter(None, (finding.note, used)))
         return 0
-    members = {i: member_from_ledger(entry) for i, entry in kick.items()}
-    await dispatch_members(
+    await kick_rows(
         ctx,
         finding.group_id,
         token,
-        members,
+        kick,
         depth=meta.depth,
         cancellable=meta.cancellable,
         attempt=redriven.redrives,
     )
-    metrics.MEMBERS_REDRIVEN.inc(len(members))
+    metrics.MEMBERS_REDRIVEN.inc(len(kick))
     finding.applied = True
     if not redriven.over:
         return 0  # the next window at the next visit

@@ -7,6 +7,9 @@
   seals the ledger (a planner still writing it is refused: what the ledger
   holds is the group) and pushes the deadline (and, if need be, the keys'
   expiry) out; 'redrive_next' says where the pass goes on, until it is over.
+  Of a windowed group (max_in_flight), only the released indexes are a pass's
+  (max_in_flight past the outcomes recorded, as recordOutcome releases them):
+  kicking one not released yet would let more than max_in_flight run.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   (each one's expiry pushed past the deadline)
@@ -22,7 +25,8 @@
   re-drives, or its pass is elsewhere than ``from``.
 ]]
 local meta = redis.call('HMGET', KEYS[1],
-  'token', 'state', 'redrives', 'span', 'expires', 'redrive_next', 'total')
+  'token', 'state', 'redrives', 'span', 'expires', 'redrive_next', 'total',
+  'max_in_flight', 'done_count', 'failed_count')
 if meta[1] ~= ARGV[1] or meta[2] ~= 'open' then
   return {Applied.UNCHANGED, tonumber(meta[3]) or 0, 0}
 end
@@ -48,7 +52,12 @@ if from == 0 then
     end
   end
 end
-if to >= tonumber(meta[7]) then
+local last = tonumber(meta[7])
+local window = tonumber(meta[8]) or 0
+if window > 0 then
+  last = math.min(last, window + tonumber(meta[9]) + tonumber(meta[10]))
+end
+if to >= last then
   redis.call('HDEL', KEYS[1], 'redrive_next')
   return {Applied.APPLIED, redrives, 1}
 end

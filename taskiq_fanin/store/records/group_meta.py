@@ -45,6 +45,7 @@ class GroupMeta:
         "deadline_ms": "span",
         "cancellable": "cancellable",
         "results_inline_max": "inline_max",
+        "max_in_flight": "max_in_flight",
         "depth": "depth",
         "created_at": "created",
         "due_at": "deadline",
@@ -92,6 +93,8 @@ class GroupMeta:
     #: More members than this: the continuation reads its results by reference
     #: (0: a group written before the option was kept, inline).
     results_inline_max: int = 0
+    #: At most this many members queued or running at once (0: no window).
+    max_in_flight: int = 0
     depth: int = 1
     created_at: int | None = None
     #: When an open group is stuck: its deadline, pushed on by a re-drive.
@@ -144,6 +147,7 @@ class GroupMeta:
             deadline_ms=as_int(f, "span"),
             cancellable=f.get("cancellable") == "1",
             results_inline_max=as_int(f, "inline_max"),
+            max_in_flight=as_int(f, "max_in_flight"),
             depth=as_int(f, "depth", 1),
             created_at=as_time(f, "created"),
             due_at=as_time(f, "deadline"),
@@ -173,6 +177,32 @@ class GroupMeta:
         return _signature(self.on_error_entry)
 
     @property
+    def released(self) -> int:
+        """How many ledger indexes (from 0) have been kicked or may be: the window.
+
+        Not stored: each recorded outcome releases the next index, so it is
+        ``max_in_flight`` past the outcomes recorded (``recordOutcome`` works
+        it out the same way), never more than the ledger.
+        """
+        if self.max_in_flight <= 0:
+            return self.total
+        return min(self.total, self.max_in_flight + self.done + self.failed)
+
+    @property
+    def in_flight(self) -> int:
+        """Members released but without an outcome: queued or running."""
+        if self.state is not GroupState.OPEN:
+            return 0
+        return max(self.released - self.done - self.failed - self.lost, 0)
+
+    @property
+    def waiting(self) -> int:
+        """Members of a windowed group not released yet."""
+        if self.state is not GroupState.OPEN:
+            return 0
+        return max(self.total - self.released, 0)
+
+    @property
     def finished_at(self) -> int | None:
         """When the group reached its end (completed or cancelled), if it has."""
         if self.state is GroupState.COMPLETED:
@@ -193,6 +223,7 @@ META_FIELDS: dict[str, tuple[str, Callable[[Any], str | int]]] = {
     "deadline": ("span", ms),
     "cancellable": ("cancellable", int),
     "results_inline_max": ("inline_max", int),
+    "max_in_flight": ("max_in_flight", lambda most: most or 0),
 }
 
 

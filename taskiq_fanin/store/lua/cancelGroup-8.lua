@@ -6,7 +6,8 @@
   cancellable see the state before they run and do not run.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
-  KEYS[5] results   KEYS[6] errors   KEYS[7] claim
+  KEYS[5] results   KEYS[6] errors   KEYS[7] claim   KEYS[8] window
+  (a windowed group releases nothing more: what its outcomes released goes)
 
   ARGV[1] tombstone  ms to keep the meta
 
@@ -17,7 +18,7 @@ if redis.call('HGET', KEYS[1], 'state') ~= 'open' then
   return Applied.UNCHANGED
 end
 move(KEYS[1], 'group', 'open', 'cancelled', 'cancelled_at', now_ms())
-redis.call('UNLINK', KEYS[2], KEYS[5], KEYS[6], KEYS[7])
+redis.call('UNLINK', KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[3], ARGV[1])
 redis.call('PEXPIRE', KEYS[4], ARGV[1])

@@ -15,8 +15,20 @@
   it), so the continuation is not left to the sweep. Another delivery of the
   same member is a duplicate.
 
+  A windowed group (its meta's max_in_flight, K) had only its first K
+  members kicked: each outcome newly recorded in it while it is open releases
+  the next ledger index, K + (outcomes recorded) - 1, so that at most K
+  members without an outcome are ever kicked (the cursor is the count: no
+  race, none left behind when outcomes come together, twice, or as failures).
+  The reply hands the caller the released member's ledger row, to kick before
+  its message is acknowledged. What each outcome released is kept (window),
+  so the same delivery asking again after a lost reply is told it again, and
+  another delivery of the member (its first copy's worker may have died
+  between this call and the kick) is told it once the release's lease (ARGV[2])
+  ran out, unless the released member has an outcome by then.
+
   KEYS[1] meta      KEYS[2] done     KEYS[3] failed  KEYS[4] results
-  KEYS[5] errors    KEYS[6] claim
+  KEYS[5] errors    KEYS[6] claim    KEYS[7] plan    KEYS[8] window
 
   ARGV[1] token     the group's token, from the members' labels
   ARGV[2] lease     ms the finaliser may take before the sweep takes over
@@ -37,7 +49,9 @@
   fields collectOutcomes returns (the claimant finalises without reading them
   again): for a group over its inline_max, counts only (and the result keys'
   expiry pushed to a ttl from now), never a read of every outcome; otherwise it
-  is empty. outstanding: members of the group without an outcome.
+  is empty. outstanding: members of the group without an outcome. When a
+  windowed group released members, a fourth field, per member in order: {}
+  or {released index, its ledger row, the group's depth, cancellable}.
 ]]
 local first, per = 4, 4
 local members = (#ARGV - first + 1) / per
@@ -48,7 +62,8 @@ local function all(code)
 end
 
 local meta = redis.call('HMGET', KEYS[1],
-  'token', 'state', 'total', 'expires', 'done_count', 'failed_count')
+  'token', 'state', 'total', 'expires', 'done_count', 'failed_count',
+  'max_in_flight')
 if not meta[1] then
   return all(Recorded.NO_GROUP)  -- a missing group is never treated as complete
 end
@@ -62,6 +77,43 @@ local sets = {done = KEYS[2], failed = KEYS[3]}
 local payloads = {done = KEYS[4], failed = KEYS[5]}
 local other = {done = 'failed', failed = 'done'}
 local holder = nil
+local window = tonumber(meta[7]) or 0
+local kicks, kicking, now, kept = {}, false, nil, nil
+
+-- Hand the caller member j of the ledger to kick, for the i-th member of the call.
+local function kick(i, j)
+  kept = kept or redis.call('HMGET', KEYS[1], 'depth', 'cancellable')
+  kicks[i] = {j, redis.call('HGET', KEYS[7], j) or '', kept[1] or '1', kept[2] or '0'}
+  kicking = true
+end
+
+-- A new outcome in an open windowed group: release the next index, if any.
+local function release(i, index, delivery)
+  local j = window + counts.done + counts.failed - 1
+  if j >= total then return end
+  now = now or now_ms()
+  redis.call('HSET', KEYS[8], index, j .. ' ' .. now .. ' ' .. delivery)
+  redis.call('PEXPIREAT', KEYS[8], meta[4])
+  kick(i, j)
+end
+
+-- Another delivery of a recorded member: what it released, if it may kick it.
+local function release_again(i, index, delivery)
+  local entry = redis.call('HGET', KEYS[8], index)
+  if not entry then return end
+  local j, at, by = string.match(entry, '^(%d+) (%d+) (.*)$')
+  now = now or now_ms()
+  if by ~= delivery then
+    if now - tonumber(at) <= tonumber(ARGV[2]) then return end  -- being kicked
+    if redis.call('SISMEMBER', KEYS[2], j) == 1
+        or redis.call('SISMEMBER', KEYS[3], j) == 1 then
+      return  -- it ran: it was kicked
+    end
+    -- This delivery kicks it again, under a new lease.
+    redis.call('HSET', KEYS[8], index, j .. ' ' .. now .. ' ' .. delivery)
+  end
+  kick(i, tonumber(j))
+end
 
 for i = 1, members do
   local at = first + per * (i - 1)
@@ -94,8 +146,10 @@ for i = 1, members do
     end
   elseif redis.call('SISMEMBER', sets[other[outcome]], index) == 1 then
     codes[i] = Recorded.CONFLICT
+    if window > 0 then release_again(i, index, delivery) end
   elseif redis.call('SADD', sets[outcome], index) == 0 then
     codes[i] = Recorded.DUPLICATE
+    if window > 0 then release_again(i, index, delivery) end
   else
     -- Counted at once: should a later call fail, sets and counts still agree.
     counts[outcome] = redis.call('HINCRBY', KEYS[1], outcome .. '_count', 1)
@@ -115,6 +169,10 @@ for i = 1, members do
       move(KEYS[1], 'group', 'open', 'claimed', 'claimed_at', now_ms())
       state = 'claimed'
       codes[i] = Recorded.CLAIMED
+      -- Every member has an outcome: nothing is left to release.
+      if window > 0 then redis.call('UNLINK', KEYS[8]) end
+    elseif window > 0 then
+      release(i, index, delivery)
     end
   end
 end
@@ -140,4 +198,9 @@ if handed then
     }
   end
 end
-return {codes, collected, total - counts.done - counts.failed}
+local outstanding = total - counts.done - counts.failed
+if kicking then
+  for i = 1, members do kicks[i] = kicks[i] or {} end
+  return {codes, collected, outstanding, kicks}
+end
+return {codes, collected, outstanding}
