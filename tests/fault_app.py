@@ -27,7 +27,8 @@ Configured from the environment:
   another delivery of it has been through a worker (the broker delivers it
   again once it has been idle for the idle timeout), or ``SLOW_SECONDS`` (20)
   at most; its starts are counted (``started``).
-- ``KILL_ON``: ``continuation`` or ``on_error``: a worker SIGKILLs itself in
+- ``KILL_ON``: ``continuation``, ``on_error`` or ``released`` (a member a
+  windowed group's recorded outcome released): a worker SIGKILLs itself in
   ``pre_send`` of such a message, once (the first worker to get there).
 - ``BROKER``: ``list`` for taskiq-redis's ListQueueBroker on the list ``QUEUE``
   (which never redelivers) instead of the stream broker.
@@ -63,6 +64,7 @@ SLOW_SECONDS = float(os.environ.get("SLOW_SECONDS", "20"))
 KILL_ON = os.environ.get("KILL_ON", "")
 
 ON_ERROR_TASK = "fault_app.on_error"
+MEMBER_TASK = "fault_app.member"
 
 
 def obs_key(name: str) -> str:
@@ -130,6 +132,10 @@ class KillSwitch(TaskiqMiddleware):
             return CONTINUATION_LABEL in message.labels
         if KILL_ON == "on_error":
             return message.task_name == ON_ERROR_TASK
+        if KILL_ON == "released":
+            # A worker kicks a member only when an outcome released it (a
+            # windowed group's): the outcome is recorded, the kick not sent.
+            return message.task_name == MEMBER_TASK
         return False
 
     async def pre_send(self, message: TaskiqMessage) -> TaskiqMessage:
@@ -202,7 +208,7 @@ async def hold_if_chosen(task_id: str) -> None:
         await asyncio.sleep(0.01)
 
 
-@broker.task(task_name="fault_app.member")
+@broker.task(task_name=MEMBER_TASK)
 async def member(group_id: str, index: int) -> int:
     """Take ``MEMBER_SECONDS``; hang or hold if chosen."""
     await hang_if_chosen(f"{group_id}~{index}")
