@@ -30,6 +30,7 @@ from taskiq import (
 from taskiq_redis import ListQueueClusterBroker, RedisStreamClusterBroker
 
 from taskiq_fanin import FanInMiddleware, GroupResult
+from tests.window_probe import InFlightProbe
 
 #: How long a held member waits for its release before it gives up (seconds).
 HOLD_LIMIT = 30.0
@@ -136,6 +137,13 @@ def _register(broker: AsyncBroker, fanin: FanInMiddleware) -> None:
                 if loop.time() > deadline:
                     raise TimeoutError("never released")
                 await asyncio.sleep(0.02)
+        return index * 10
+
+    @broker.task(task_name="cluster_app.windowed")
+    async def windowed(group_id: str, index: int) -> int:
+        """A member of a windowed group, counting itself (``window_probe``)."""
+        probe = InFlightProbe(redis(), prefix, group_id)
+        await probe.run(index, lambda: asyncio.sleep(0.02))
         return index * 10
 
     @broker.task(task_name="cluster_app.first")

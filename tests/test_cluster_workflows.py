@@ -41,6 +41,7 @@ from taskiq_fanin.store.queue_kicks import PipelinedBroker, kicking_broker
 from tests import cluster_app
 from tests.harness import eventually, worker_process
 from tests.test_cli import run_cli
+from tests.window_probe import InFlightProbe
 
 pytestmark = pytest.mark.cluster
 
@@ -183,6 +184,39 @@ async def test_a_chain_with_a_group_step_runs_through_on_a_cluster(
     # first(1) == 2, then each member scaled(2, i), then publish(GroupResult).
     assert [result["results"] for result in published] == [[200, 201, 202]]
     assert status.state.value == "done"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_windowed_group_keeps_its_window_on_a_cluster(
+    redis_cluster_url: str, key_prefix: str, kind: str
+) -> None:
+    size, window = 10, 3
+    async with app_on(redis_cluster_url, key_prefix, kind) as app:
+        with app.worker(max_async_tasks=10):
+            members = [
+                Signature.of(app.task("windowed"), "windowed", i) for i in range(size)
+            ]
+            await group(
+                members,
+                then=app.task("publish"),
+                group_id="windowed",
+                max_in_flight=window,
+            ).kiq(app.broker)
+            await eventually(lambda: _published(app, 1), what="the continuation")
+            await app.drained()
+        published, status = await app.published(), await app.status("windowed")
+        probe = InFlightProbe(app.redis, key_prefix, "windowed")
+        most, ran = await probe.most(), await probe.members_ran()
+
+    assert [result["results"] for result in published] == [
+        [i * 10 for i in range(size)]
+    ]
+    assert (most, ran) == (window, set(range(size)))
+    assert (status.state.value, status.done, status.in_flight) == (
+        "completed",
+        size,
+        0,
+    )
 
 
 async def test_a_cancelled_group_runs_no_continuation_on_a_cluster(
