@@ -24,7 +24,13 @@ async def commandstats(client: Redis) -> Counter[str]:
 
 
 async def run_group(
-    redis_url: str, fanin_url: str, prefix: str, size: int, *, slots: int = 1
+    redis_url: str,
+    fanin_url: str,
+    prefix: str,
+    size: int,
+    *,
+    slots: int = 1,
+    max_in_flight: int | None = None,
 ) -> Counter[str]:
     """Commands the fan-in's Redis ran for one group of ``size`` no-op members.
 
@@ -47,9 +53,8 @@ async def run_group(
     try:
         async with worker(broker, max_async_tasks=slots):
             before = await commandstats(client)
-            await group([Signature.of(member, i) for i in range(size)], then=then).kiq(
-                broker
-            )
+            members = [Signature.of(member, i) for i in range(size)]
+            await group(members, then=then, max_in_flight=max_in_flight).kiq(broker)
             await eventually(
                 lambda: sent.executions_of(then.task_name) == 1,
                 what="the continuation to complete",
@@ -103,3 +108,35 @@ async def test_members_finishing_together_share_a_script_call(
     assert alone["evalsha"] == size + 7
     assert together["evalsha"] < alone["evalsha"]
     print(f"\n{size} members: {together['evalsha'] - 7} record calls with 50 slots")
+
+
+async def test_a_windowed_completion_is_still_one_script_call(
+    redis_url: str, key_prefix: str
+) -> None:
+    """The release is decided inside the recording call: no round trip more on
+    the fan-in's Redis (the released member's kick is the broker's, as the
+    planner's kick of it would have been)."""
+    window = 5
+    with RedisServer() as fanin_server:
+        await run_group(redis_url, fanin_server.url, f"{key_prefix}-warm", 1)
+        plain = await run_group(redis_url, fanin_server.url, f"{key_prefix}-p", 40)
+        runs = [
+            await run_group(
+                redis_url, fanin_server.url, f"{key_prefix}-{size}", size,
+                max_in_flight=window,
+            )
+            for size in (20, 40)
+        ]  # fmt: skip
+    small, large = runs
+    per_child = {name: (large[name] - small[name]) / 20 for name in large | small}
+    per_group = {name: small[name] - 20 * per_child[name] for name in per_child}
+
+    assert per_child["evalsha"] == 1
+    assert per_group["evalsha"] == 7  # as an unwindowed group's
+    assert large["evalsha"] == plain["evalsha"]
+    inside = sum(v for k, v in per_child.items() if k != "evalsha")
+    print(f"\nwindowed, per completion: 1 round trip, {inside:.2f} commands inside")
+    print(
+        "windowed, per completion, by command:",
+        {k: v for k, v in per_child.items() if v},
+    )

@@ -63,7 +63,7 @@ end
 
 local meta = redis.call('HMGET', KEYS[1],
   'token', 'state', 'total', 'expires', 'done_count', 'failed_count',
-  'max_in_flight')
+  'max_in_flight', 'depth', 'cancellable')
 if not meta[1] then
   return all(Recorded.NO_GROUP)  -- a missing group is never treated as complete
 end
@@ -78,12 +78,11 @@ local payloads = {done = KEYS[4], failed = KEYS[5]}
 local other = {done = 'failed', failed = 'done'}
 local holder = nil
 local window = tonumber(meta[7]) or 0
-local kicks, kicking, now, kept = {}, false, nil, nil
+local kicks, kicking, now = {}, false, nil
 
 -- Hand the caller member j of the ledger to kick, for the i-th member of the call.
 local function kick(i, j)
-  kept = kept or redis.call('HMGET', KEYS[1], 'depth', 'cancellable')
-  kicks[i] = {j, redis.call('HGET', KEYS[7], j) or '', kept[1] or '1', kept[2] or '0'}
+  kicks[i] = {j, redis.call('HGET', KEYS[7], j) or '', meta[8] or '1', meta[9] or '0'}
   kicking = true
 end
 
