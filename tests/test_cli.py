@@ -5,6 +5,7 @@ real redis-server, on groups planned by the library with no worker running.
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -142,6 +143,29 @@ async def app(redis_url, key_prefix, redis_client):
         yield App(broker, fanin, sent, redis_client, redis_url, key_prefix)
     finally:
         await broker.shutdown()
+
+
+async def test_status_of_a_windowed_group_says_how_many_are_in_flight_and_wait(
+    app,
+) -> None:
+    group_id = await app.plan(6, max_in_flight=2)
+    await app.finish(group_id, 0)  # kicks member 2, released
+
+    as_json = await run_cli("status", group_id, "--json", *app.options)
+    table = await run_cli("status", group_id, *app.options)
+
+    assert as_json.code == 0, as_json.stderr
+    status = as_json.json()
+    assert (status["max_in_flight"], status["in_flight"], status["waiting"]) == (
+        2,
+        2,
+        3,
+    )
+    assert sorted(m.task_id for m in app.sent.sent) == [
+        f"{group_id}~{i}" for i in range(3)
+    ]
+    assert re.search(r"in flight\s+2\b", table.stdout)
+    assert re.search(r"waiting\s+3\b", table.stdout)
 
 
 async def test_status_of_an_open_group_reports_its_counts(app) -> None:
