@@ -91,15 +91,16 @@ class Scripted(RuleBasedStateMachine):
 class GroupLife(Scripted):
     """One group of a few members, and everything that can happen to it."""
 
-    @initialize(total=st.integers(0, 4))
-    def plan(self, total: int) -> None:
+    @initialize(total=st.integers(0, 4), window=st.integers(0, 3))
+    def plan(self, total: int, window: int) -> None:
         pipeline = PipelineBatcher(self.client)
         self.scripts = GroupScripts(self.client, pipeline)
         self.keys = GroupKeys(self.prefix, "g")
         self.total = total
         options = {"then": '{"t":"then"}', "on_error": "", "policy": "continue",
                    "sweep": "redrive", "span": 60_000, "ttl": 3_600_000,
-                   "cancellable": 0, "depth": 1}  # fmt: skip
+                   "cancellable": 0, "depth": 1,
+                   "max_in_flight": window}  # fmt: skip
         self.run(
             self.scripts.create_group(
                 self.keys, token="tok", options=options,
@@ -108,6 +109,10 @@ class GroupLife(Scripted):
             )
         )  # fmt: skip
         self.terminal: dict[int, str] = {}
+        #: A windowed group's (0: none) members kicked so far: its first window,
+        #: then what each outcome released (unless its worker died first).
+        self.window = window
+        self.kicked = set(range(min(window, total) if window else total))
         self.deliveries: dict[int, list[str]] = {}
         self.claimed_by: set[str] = set()  # deliveries (or the sweep) told "claim"
         self.holder: str | None = None  # who may finalise now
@@ -128,23 +133,39 @@ class GroupLife(Scripted):
         index=st.integers(0, 3),
         failed=st.booleans(),
         again=st.booleans(),
+        dies=st.booleans(),
     )
-    def deliver(self, index: int, failed: bool, again: bool) -> None:
+    def deliver(self, index: int, failed: bool, again: bool, dies: bool) -> None:
         """A member's delivery records its outcome; ``again``: a retry whose
-        first reply was lost (the same delivery), else a new delivery."""
-        index %= self.total
+        first reply was lost (the same delivery), else a new delivery; ``dies``:
+        its worker dies before kicking what the outcome released."""
+        if not self.kicked:
+            return  # nothing of the group is in any queue
+        index = sorted(self.kicked)[index % len(self.kicked)]
         used = self.deliveries.setdefault(index, [])
         delivery = used[-1] if again and used else uuid.uuid4().hex[:8]
         used.append(delivery)
         outcome = Outcome.FAILED if failed else Outcome.DONE
         was_open = self.state == "open"
-        code, collected, _ = self.run(
+        code, collected, released = self.run(
             self.scripts.record_outcome(
                 self.keys, token="tok", index=index, outcome=outcome, payload="",
                 lease_ms=60_000, claimant="w", delivery=delivery,
             )
         )  # fmt: skip
         count("deliveries")
+        if released is not None:
+            # Only an open windowed group releases, only what it has not kicked
+            # (unless a kick may have died), and never past the ledger.
+            assert was_open
+            assert self.window
+            assert released.index < self.total
+            assert released.index < self.window + len(self.terminal) + (
+                code is Recorded.RECORDED
+            )
+            if not dies:
+                self.kicked.add(released.index)
+                count("released members kicked")
         if code in (Recorded.RECORDED, Recorded.CLAIMED) and was_open:
             self.terminal.setdefault(index, outcome.value)
         if code is Recorded.COUNTED_CANCELLED:
@@ -219,8 +240,11 @@ class GroupLife(Scripted):
             self.scripts.redrive_group(self.keys, token="tok", max_redrives=100)
         )
         if redriven.redriven:
-            missing = self.run(self.scripts.missing_members(self.keys, 0, self.total))
-            assert set(missing) == set(range(self.total)) - set(self.terminal)
+            # As the sweep does: of a windowed group, its released members only.
+            released = self.run(self.scripts.released(self.keys))
+            missing = self.run(self.scripts.missing_members(self.keys, 0, released))
+            assert set(missing) == set(range(released)) - set(self.terminal)
+            self.kicked |= set(missing)
 
     @rule()
     def cancel(self) -> None:
@@ -282,6 +306,12 @@ class GroupLife(Scripted):
             return  # shrunk to its meta: the sets are gone with the rest
         done = {int(m) for m in self.run(self.client.smembers(self.keys.done))}
         failed = {int(m) for m in self.run(self.client.smembers(self.keys.failed))}
+        if self.window and state == "open":
+            # The window: what was kicked is released, and at most K of it has
+            # no outcome (a member kicked twice is one member).
+            released = min(self.total, self.window + len(done) + len(failed))
+            assert self.kicked <= set(range(released))
+            assert len(self.kicked - done - failed) <= self.window
         assert not done & failed
         assert int(meta["done_count"]) == len(done)
         assert int(meta["failed_count"]) == len(failed)
