@@ -232,9 +232,7 @@ class GroupScripts:
         finaliser for ``claimant`` (``GivenUp.claimed``).
         """
         args = [token, start, stop, lease_ms, claimant]
-        giving_up = [
-            keys.meta, keys.plan, keys.done, keys.failed, keys.lost, keys.claim
-        ]  # fmt: skip
+        giving_up = [keys.meta, keys.done, keys.failed, keys.lost, keys.claim]
         reply = await self._scripts["giveUp"](keys=giving_up, args=args)
         return replies.given_up(reply)
 

@@ -17,8 +17,8 @@ from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.records import GroupMeta
 
-#: Ledger indexes one ``giveUp`` call goes over (well under a millisecond of
-#: Redis's time at any width).
+#: Ledger indexes one ``giveUp`` call goes over: about 1 ms of Redis's time
+#: (2 ms at most measured, at 100,000 members), at any width.
 GIVE_UP_WINDOW = 1_000
 #: Calls one visit makes at most: a wider group goes on at the next visit.
 GIVE_UP_WINDOWS = 10

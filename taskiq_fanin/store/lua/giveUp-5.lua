@@ -8,15 +8,18 @@
   Recorded.FINALISED, as for a claimed group), no chunk appended, no re-drive
   or cancel taken, so the done and failed sets the windows read no longer
   change and no member is both recorded and lost. Each window adds the indexes
-  of [from, to) in the ledger but neither done nor failed to the lost set and
-  counts them in 'lost_count'; 'lost_next' says where the pass goes on. The
+  of [from, to) neither done nor failed to the lost set and counts them in
+  'lost_count'; 'lost_next' says where the pass goes on. The ledger holds
+  indexes 0 .. total - 1 (its chunks are written in order; its total is what it
+  holds), the membership recordOutcome checks: no read of the ledger itself,
+  which halves a window's time (about 1 ms for 1,000 indexes). The
   window that reaches the ledger's end moves the group to claimed (the state
   is the guard: one call makes that move) and takes the finaliser's lease.
   A window asked for anywhere but where the pass is (a second sweep racing
   the first) changes nothing.
 
-  KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
-  KEYS[5] lost      KEYS[6] claim
+  KEYS[1] meta      KEYS[2] done     KEYS[3] failed  KEYS[4] lost
+  KEYS[5] claim
 
   ARGV[1] token
   ARGV[2] from      the window's first index: 0 to begin, else 'lost_next'
@@ -60,18 +63,15 @@ for first = from, to - 1, slice do
   for index = first, math.min(first + slice, to) - 1 do
     indexes[#indexes + 1] = index
   end
-  local done = redis.call('SMISMEMBER', KEYS[3], unpack(indexes))
-  local failed = redis.call('SMISMEMBER', KEYS[4], unpack(indexes))
+  local done = redis.call('SMISMEMBER', KEYS[2], unpack(indexes))
+  local failed = redis.call('SMISMEMBER', KEYS[3], unpack(indexes))
   local found = {}
   for i, index in ipairs(indexes) do
-    if done[i] == 0 and failed[i] == 0
-        and redis.call('HEXISTS', KEYS[2], index) == 1 then
-      found[#found + 1] = index
-    end
+    if done[i] == 0 and failed[i] == 0 then found[#found + 1] = index end
   end
   if #found > 0 then
-    redis.call('SADD', KEYS[5], unpack(found))
-    redis.call('PEXPIREAT', KEYS[5], meta[6])
+    redis.call('SADD', KEYS[4], unpack(found))
+    redis.call('PEXPIREAT', KEYS[4], meta[6])
     lost = redis.call('HINCRBY', KEYS[1], 'lost_count', #found)
   end
 end
@@ -81,7 +81,7 @@ if to < total then
   return {Applied.APPLIED, lost, to}
 end
 -- The state is the guard; the key is only the finaliser's lease.
-redis.call('SET', KEYS[6], ARGV[5], 'PX', ARGV[4])
+redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[4])
 redis.call('HDEL', KEYS[1], 'lost_next')
 move(KEYS[1], 'group', 'giving_up', 'claimed', 'claimed_at', now)
 return {Applied.APPLIED, lost, -1}

@@ -1,0 +1,115 @@
+"""Giving up a wide group on a real redis-server, with a real worker: bounded.
+
+30,000 members planned, all but 30 of them lost for good (their kicks go
+nowhere); the sweep gives the group up 10,000 ledger indexes a visit, in script
+calls of 1,000, and no command the library (or the broker) sends meanwhile runs
+10 ms (``SLOWLOG``); the meta stays small while the pass goes on, the counts
+and the lost set come out right, and the continuation runs once with them.
+"""
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from local_redis import RedisServer
+from taskiq_fanin import GroupResult, Signature, group, sweep
+from taskiq_fanin.inspection import group_status
+from taskiq_fanin.model.ids import member_task_id
+from taskiq_fanin.model.results import GroupState
+from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.sweeping import SweepAction
+from tests.harness import SentMessages, drained, eventually, lossy_stream_broker, worker
+
+SHORT = 0.3  # seconds: the group's deadline, passed by the time it is planned
+
+
+async def test_30_000_members_given_up_over_visits_with_no_command_over_10_ms(
+    key_prefix: str,
+) -> None:
+    size, ran = 30_000, range(0, 30_000, 1_000)
+    with RedisServer(
+        extra_args=["--slowlog-log-slower-than", "10000", "--slowlog-max-len", "1024"]
+    ) as server:
+        sent = SentMessages()
+        broker, fanin = lossy_stream_broker(
+            server.url, key_prefix, sent, sweep_policy="give_up"
+        )
+        results: list[GroupResult] = []
+        read: list[list[int]] = []
+
+        @broker.task
+        async def member(index: int) -> int:
+            return index
+
+        @broker.task
+        async def then(result: GroupResult) -> None:
+            results.append(result)
+            read.append([index async for index in result.iter_lost()])
+
+        broker.drop = {member_task_id("wide", i) for i in range(size)} - {
+            member_task_id("wide", i) for i in ran
+        }
+        keys = GroupKeys(key_prefix, "wide")
+        client = Redis.from_url(server.url)
+        try:
+            async with worker(broker, max_async_tasks=50) as receiver:
+                await client.slowlog_reset()
+                members = (Signature.of(member, i) for i in range(size))
+                handle = await group(
+                    members, then=then, group_id="wide", deadline=SHORT
+                ).kiq(broker)
+
+                async def ready() -> bool:
+                    status = await group_status(fanin, "wide")
+                    return status.done == len(ran) and status.overdue()
+
+                await eventually(ready, timeout=60, what="30 members, the deadline")
+                visits: list[Any] = []
+                during: list[tuple[GroupState, int, int]] = []
+                for _ in range(3):
+                    visits.append(await sweep(fanin))
+                    status = await handle.status()
+                    meta_bytes = await client.memory_usage(keys.meta)
+                    during.append((status.state, status.lost, meta_bytes or 0))
+                await eventually(lambda: len(results) == 1, what="the continuation")
+                await drained(broker, receiver)
+                lost_set = {int(m) for m in await client.smembers(keys.lost)}
+                finished = await handle.status()
+            slow = await client.slowlog_get(1024)
+        finally:
+            await client.aclose()
+
+    lost = sorted(set(range(size)) - set(ran))
+    findings = [visit.findings[0] for visit in visits]
+    assert [(f.action, f.applied) for f in findings] == [
+        (SweepAction.GIVE_UP, True)
+    ] * 3
+    assert [(state, count) for state, count, _ in during[:2]] == [
+        (GroupState.GIVING_UP, 9_990),
+        (GroupState.GIVING_UP, 19_980),
+    ]
+    # Finalised at the third visit (its continuation may have begun already).
+    assert during[2][:2] in [
+        (state, 29_970)
+        for state in (GroupState.DISPATCHED, GroupState.RUNNING, GroupState.COMPLETED)
+    ]
+    # No field of the meta grows with the group (it was a list of every index).
+    assert all(meta_bytes < 2_048 for _, _, meta_bytes in during)
+    assert [entry["command"][:60] for entry in slow] == []
+    assert sent.executions_of(member.task_name) == len(ran)
+    assert sent.executions_of(then.task_name) == 1
+    (result,) = results
+    assert result.by_reference
+    assert (result.done_count, result.failed_count, result.lost_count) == (
+        30,
+        0,
+        29_970,
+    )
+    assert read == [lost]
+    # Kept a tombstone's time beside the results it goes with.
+    assert lost_set == set(lost)
+    assert (finished.state, finished.lost, finished.pending) == (
+        GroupState.COMPLETED,
+        29_970,
+        0,
+    )
