@@ -4,18 +4,20 @@
 nowhere); the sweep gives the group up 10,000 ledger indexes a visit, in script
 calls of 1,000, and no command the library (or the broker) sends meanwhile runs
 10 ms (``SLOWLOG``); the meta stays small while the pass goes on, the counts
-and the lost set come out right, and the continuation runs once with them.
+and the lost set come out right, and the continuation runs once with them. A
+chain's group step given up fails the chain naming its lost members.
 """
 
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from local_redis import RedisServer
-from taskiq_fanin import GroupResult, Signature, group, sweep
+from taskiq_fanin import ChainFailure, GroupResult, Signature, chain, group, sweep
 from taskiq_fanin.inspection import group_status
-from taskiq_fanin.model.ids import member_task_id
-from taskiq_fanin.model.results import GroupState
+from taskiq_fanin.model.ids import member_task_id, step_id
+from taskiq_fanin.model.results import ChainState, GroupState
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.sweeping import SweepAction
 from tests.harness import SentMessages, drained, eventually, lossy_stream_broker, worker
@@ -113,3 +115,55 @@ async def test_30_000_members_given_up_over_visits_with_no_command_over_10_ms(
         29_970,
         0,
     )
+
+
+@pytest.mark.parametrize("inline_max", [500, 4], ids=["inline", "by reference"])
+async def test_a_chain_whose_group_step_is_given_up_names_its_lost_members(
+    redis_url: str, key_prefix: str, inline_max: int
+) -> None:
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, results_inline_max=inline_max
+    )
+    failures: list[ChainFailure] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task
+    async def never(result: GroupResult) -> None:
+        raise AssertionError("the chain should have failed")
+
+    @broker.task
+    async def on_error(failure: ChainFailure) -> None:
+        failures.append(failure)
+
+    step = step_id("video", 0)
+    broker.drop = {member_task_id(step, 2), member_task_id(step, 5)}
+    async with worker(broker, max_async_tasks=10) as receiver:
+        members = [Signature.of(member, i) for i in range(8)]
+        handle = await chain(
+            group(
+                members, failure_policy="fail", sweep_policy="give_up", deadline=SHORT
+            ),
+            Signature.of(never),
+            on_error=on_error,
+            chain_id="video",
+        ).kiq(broker)
+
+        async def stuck() -> bool:
+            status = await group_status(fanin, step)
+            return status.done == 6 and status.overdue()
+
+        await eventually(stuck, what="six members, the group step's deadline")
+        report = await sweep(fanin)
+        await eventually(lambda: len(failures) == 1, what="the chain's on_error")
+        await drained(broker, receiver)
+        status = await handle.status()
+
+    assert [(f.group_id, f.action, f.applied) for f in report.findings] == [
+        (step, SweepAction.GIVE_UP, True)
+    ]
+    (failure,) = failures
+    assert (failure.step, failure.members, failure.lost) == (0, {}, [2, 5])
+    assert (status.state, status.lost_members) == (ChainState.FAILED, [2, 5])
