@@ -21,6 +21,7 @@ from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher
+from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.replies import GivenUp, Outcome, Recorded
 from taskiq_fanin.sweep import giving_up
 from taskiq_fanin.sweeping import FindingKind, SweepAction
@@ -322,3 +323,55 @@ async def test_the_sweep_gives_a_wide_group_up_over_visits_then_continues_once(
         0,
     )
     assert after.findings == [] or after.findings[0].kind is FindingKind.GONE
+
+
+async def test_a_sweep_visit_that_read_the_group_before_another_went_on_changes_nothing(
+    fake_redis: FakeRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sweeps (the lock lost or run out) each read the group, then act."""
+    monkeypatch.setattr(giving_up, "GIVE_UP_WINDOW", 100)  # 1,000 indexes a visit
+    fanin = FanInMiddleware(fake_redis, prefix="race")
+    broker = MembersGoNowhere().with_middlewares(fanin)
+    kicked: list[GroupResult] = []
+
+    @broker.task(task_name=MEMBER)
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        kicked.append(result)
+
+    await broker.startup()
+    try:
+        await group(
+            [Signature.of(member, i) for i in range(1_500)], then=then, group_id="g"
+        ).kiq(broker)
+        ctx = context_of(broker)
+        keys = GroupKeys("race", "g")
+
+        async def read() -> GroupMeta:
+            inspected = await ctx.scripts.inspect_group(keys)
+            assert inspected is not None
+            return inspected.meta
+
+        both_read = await read()
+        a = await giving_up.give_up(ctx, "g", both_read, claimant="a")
+        b = await giving_up.give_up(ctx, "g", both_read, claimant="b")
+        b_again = await giving_up.give_up(ctx, "g", await read(), claimant="b")
+        a_late = await giving_up.give_up(ctx, "g", both_read, claimant="a")
+        await broker.wait_all()
+        status = await group_status(fanin, "g")
+    finally:
+        await broker.shutdown()
+
+    assert (a.applied, a.finalised, a.next, a.lost) == (True, False, 1_000, 1_000)
+    assert (b.applied, b.raced, b.note(1_500)) == (
+        False,
+        True,
+        "another sweep is giving it up",
+    )
+    assert (b_again.applied, b_again.finalised, b_again.lost) == (True, True, 1_500)
+    assert (a_late.applied, a_late.note(1_500)) == (False, "no longer open")
+    assert len(kicked) == 1  # one continuation, by the one claim
+    assert (status.lost, status.pending) == (1_500, 0)

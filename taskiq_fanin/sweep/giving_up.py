@@ -36,9 +36,14 @@ class GiveUpVisit:
     #: Members noted lost so far, and where the pass goes on.
     lost: int
     next: int
+    #: The pass was found elsewhere than this visit read it: another sweep is
+    #: at it (a lock lost or run out).
+    raced: bool = False
 
     def note(self, total: int) -> str:
         """What the finding says of it (nothing once finalised)."""
+        if self.raced and not self.applied:
+            return "another sweep is giving it up"
         if not self.applied:
             return "no longer open"
         if self.finalised:
@@ -70,7 +75,9 @@ async def give_up(
             stop=start + GIVE_UP_WINDOW,
         )
         if not window.applied:
-            break  # not open any more, or another sweep is at it
+            # Not open any more, or another sweep's pass is elsewhere.
+            raced = window.next >= 0
+            return GiveUpVisit(applied, False, window.lost, window.next, raced)
         applied, lost, start = True, window.lost, window.next
         if window.claimed:
             await finalise(ctx, group_id, meta.token, claimant=claimant)
