@@ -12,7 +12,8 @@ from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.records import GroupMeta
-from taskiq_fanin.store.replies import Outcome, Recorded, Released
+from taskiq_fanin.store.releases import Released
+from taskiq_fanin.store.replies import Outcome, Recorded
 from tests.test_scripts import OPTIONS, TOKEN, scripts_on
 
 #: A lease of the release that ran out already (the kick may have died).

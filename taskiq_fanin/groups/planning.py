@@ -25,6 +25,7 @@ from taskiq_fanin.model.labels import CANCELLABLE_LABEL, DEPTH_LABEL, MemberRef
 from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec
+from taskiq_fanin.store import releases
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.records import meta_options
 from taskiq_fanin.store.replies import Created, Creation
@@ -223,7 +224,7 @@ async def _dispatch(
         await kick({i: in_hand[i] for i in first} if first is not None else in_hand)
         return
     keys = GroupKeys(ctx.config.prefix, plan.group_id)
-    released = await ctx.scripts.released(keys)  # the meta's window, if any
+    released = await releases.released(ctx.scripts.send, keys)  # its window, if any
     async for page in ledger.undispatched(ctx, keys, min(total, released)):
         await kick(page)
 

@@ -14,7 +14,7 @@ from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups.planning import dispatch_members
 from taskiq_fanin.model.labels import MemberRef
 from taskiq_fanin.model.spec import member_from_ledger
-from taskiq_fanin.store.replies import Released
+from taskiq_fanin.store.releases import Released
 
 
 async def kick_rows(

@@ -15,16 +15,17 @@ from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
 from taskiq_fanin.store.pipeline import Command, PipelineBatcher
 from taskiq_fanin.store.records.fields import text
+from taskiq_fanin.store.releases import Released, released_member
 from taskiq_fanin.store.replies import (
     Applied,
     Begin,
     CollectedOutcomes,
     Creation,
+    GivenUp,
     Inspected,
     Outcome,
     Recorded,
     Redriven,
-    Released,
 )
 from taskiq_fanin.store.scripts import Scripts
 
@@ -123,10 +124,6 @@ class GroupScripts:
         """Ledger entries of members ``start`` to ``stop - 1`` with no outcome."""
         return await ledger_reads.missing_members(self._pipeline, keys, start, stop)
 
-    async def released(self, keys: GroupKeys) -> int:
-        """How far (ledger indexes from 0) a group's members may have been kicked."""
-        return await ledger_reads.released(self._pipeline, keys)
-
     async def record_outcome(
         self,
         keys: GroupKeys,
@@ -144,8 +141,7 @@ class GroupScripts:
         The claimant also gets what the finaliser needs (``collect_outcomes``);
         the lease it takes holds ``<claimant>#<delivery>``, and the same
         ``delivery`` retrying after a lost reply is told ``CLAIMED`` again.
-        In a windowed group, the member the outcome released (to kick), told
-        again to the same ``delivery``, and to another after ``lease_ms``.
+        Of a windowed group, the member the outcome released (``store/releases.py``).
         """
         code, shared, own = await self.outcomes.record(
             keys.recording,
@@ -156,13 +152,15 @@ class GroupScripts:
         recorded = Recorded(code)
         if recorded is Recorded.CLAIMED:
             return recorded, replies.collected(shared), None
-        return recorded, None, replies.released(own)
+        return recorded, None, released_member(own)
 
     async def collect_outcomes(
         self, keys: GroupKeys, *, token: str
     ) -> CollectedOutcomes | None:
         """Read what the finaliser needs; ``None`` if the group is gone."""
-        collecting = [keys.meta, keys.done, keys.failed, keys.results, keys.errors]
+        collecting = [
+            keys.meta, keys.done, keys.failed, keys.results, keys.errors, keys.lost
+        ]  # fmt: skip
         reply = await self._scripts["collectOutcomes"](keys=collecting, args=[token])
         return replies.collected(reply) if reply else None
 
@@ -182,7 +180,7 @@ class GroupScripts:
     ) -> bool:
         """Note which continuation was enqueued and release the lease if ours."""
         args = [token, dispatched, tombstone_ms, claimant]
-        reply = await self._scripts["markDispatched"](keys=keys.all, args=args)
+        reply = await self._scripts["markDispatched"](keys=keys.ending, args=args)
         return Applied(reply) is Applied.APPLIED
 
     async def mark_completed(
@@ -190,7 +188,7 @@ class GroupScripts:
     ) -> bool:
         """Shrink a group whose continuation ran to a tombstone."""
         args = [token, tombstone_ms]
-        reply = await self._scripts["markCompleted"](keys=keys.all, args=args)
+        reply = await self._scripts["markCompleted"](keys=keys.ending, args=args)
         return Applied(reply) is Applied.APPLIED
 
     async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
@@ -220,13 +218,25 @@ class GroupScripts:
         )
 
     async def give_up(
-        self, keys: GroupKeys, *, token: str, lease_ms: int, claimant: str
-    ) -> int | None:
-        """Mark the missing members lost and claim; ``None`` if not open."""
-        args = [token, lease_ms, claimant]
-        giving_up = [keys.meta, keys.plan, keys.done, keys.failed, keys.claim]
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        lease_ms: int,
+        claimant: str,
+        start: int = 0,
+        stop: int = 2**53,
+    ) -> GivenUp:
+        """Note the members of ledger window [start, stop) with no outcome lost.
+
+        The first window (``start`` 0) stops the group recording outcomes
+        (``giving_up``); the one that reaches the ledger's end claims the
+        finaliser for ``claimant`` (``GivenUp.claimed``).
+        """
+        args = [token, start, stop, lease_ms, claimant]
+        giving_up = [keys.meta, keys.done, keys.failed, keys.lost, keys.claim]
         reply = await self._scripts["giveUp"](keys=giving_up, args=args)
-        return int(reply[1]) if Applied(reply[0]) is Applied.APPLIED else None
+        return replies.given_up(reply)
 
     async def release_lock(self, lock_key: str, holder: str) -> bool:
         """Delete ``lock_key`` if ``holder`` still holds it."""
@@ -236,8 +246,9 @@ class GroupScripts:
     async def cancel_group(self, keys: GroupKeys, *, tombstone_ms: int) -> bool:
         """Cancel an open group; False if it is missing or not open."""
         args = [tombstone_ms]
-        cancelling = [*keys.all, keys.window]
-        reply = await self._scripts["cancelGroup"](keys=cancelling, args=args)
+        reply = await self._scripts["cancelGroup"](
+            keys=[*keys.all, keys.window], args=args
+        )
         return Applied(reply) is Applied.APPLIED
 
     async def begin_continuation(

@@ -11,7 +11,6 @@ import asyncio
 
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.pipeline import Command, PipelineBatcher
-from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.records.fields import text
 
 #: Ledger entries one read asks for at most (one short command each).
@@ -44,19 +43,3 @@ async def missing_members(
             if entry is not None and not (is_done or is_failed):
                 found[i] = text(entry)
     return found
-
-
-#: What a group's window is worked out from (``GroupMeta.released``).
-_WINDOW_FIELDS = [
-    GroupMeta.stored_as(name) for name in ("total", "done", "failed", "max_in_flight")
-]
-
-
-async def released(pipeline: PipelineBatcher, keys: GroupKeys) -> int:
-    """How many ledger indexes (from 0) of the group may have been kicked.
-
-    Its whole ledger unless windowed (``max_in_flight``); 0 if it is gone.
-    """
-    values = await pipeline(lambda pipe: pipe.hmget(keys.meta, _WINDOW_FIELDS))
-    raw = {f: v for f, v in zip(_WINDOW_FIELDS, values, strict=True) if v is not None}
-    return GroupMeta.from_hash(raw).released
