@@ -53,7 +53,7 @@ class Group:
         )  # fmt: skip
 
     async def record(self, index: int, outcome: Outcome = Outcome.DONE) -> Recorded:
-        code, _ = await self.scripts.record_outcome(
+        code, _, _ = await self.scripts.record_outcome(
             self.keys, token="tok", index=index, outcome=outcome, payload="",
             lease_ms=60_000, claimant="w", delivery=f"d{index}",
         )  # fmt: skip
@@ -276,7 +276,7 @@ async def test_the_sweep_gives_a_wide_group_up_over_visits_then_continues_once(
         token = (await fake_redis.hget(keys.meta, "token")).decode()
 
         async def record(index: int) -> Recorded:
-            code, _ = await ctx.scripts.record_outcome(
+            code, _, _ = await ctx.scripts.record_outcome(
                 keys, token=token, index=index, outcome=Outcome.DONE,
                 payload=str(index), lease_ms=60_000, claimant="w", delivery="d",
             )  # fmt: skip
