@@ -82,7 +82,9 @@ class GroupKeys:
         ``<released index> <when> <delivery>``: the same delivery asking again
         (its reply lost) is told the index again; another, once the release's
         lease ran out, kicks it again (its first kick may have died with its
-        worker). Removed when the group is claimed: every member has an outcome.
+        worker); with ``r<released> -> member``, so that an entry goes once the
+        member it released has an outcome (about 2 K fields). Removed when the
+        group is claimed (every member has an outcome) or cancelled.
         """
         return self._key("window")
 

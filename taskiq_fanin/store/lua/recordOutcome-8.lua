@@ -25,7 +25,9 @@
   so the same delivery asking again after a lost reply is told it again, and
   another delivery of the member (its first copy's worker may have died
   between this call and the kick) is told it once the release's lease (ARGV[2])
-  ran out, unless the released member has an outcome by then.
+  ran out, unless the released member has an outcome by then. Once it has, its
+  entry goes (the window hash holds about 2 K fields, not one per member):
+  '<member>' -> '<released> <when> <delivery>', and 'r<released>' -> member.
 
   KEYS[1] meta      KEYS[2] done     KEYS[3] failed  KEYS[4] results
   KEYS[5] errors    KEYS[6] claim    KEYS[7] plan    KEYS[8] window
@@ -86,12 +88,16 @@ local function kick(i, j)
   kicking = true
 end
 
--- A new outcome in an open windowed group: release the next index, if any.
+-- A new outcome in an open windowed group: what released this member is of
+-- no more use (it ran); release the next index, if any.
 local function release(i, index, delivery)
+  local by = redis.call('HGET', KEYS[8], 'r' .. index)
+  if by then redis.call('HDEL', KEYS[8], by, 'r' .. index) end
   local j = window + counts.done + counts.failed - 1
   if j >= total then return end
   now = now or now_ms()
-  redis.call('HSET', KEYS[8], index, j .. ' ' .. now .. ' ' .. delivery)
+  redis.call('HSET', KEYS[8], index, j .. ' ' .. now .. ' ' .. delivery,
+    'r' .. j, index)
   redis.call('PEXPIREAT', KEYS[8], meta[4])
   kick(i, j)
 end
