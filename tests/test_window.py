@@ -16,6 +16,7 @@ from taskiq import SimpleRetryMiddleware
 
 from taskiq_fanin import GroupResult, Signature, chain, group, sweep
 from taskiq_fanin.api.broker import context_of
+from taskiq_fanin.groups import ledger
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.model.errors import InvalidOptionError
 from taskiq_fanin.model.ids import member_task_id, step_id
@@ -90,6 +91,39 @@ async def test_a_windowed_group_never_runs_more_than_k_members_at_once(
     succeeded = [i for i in range(size) if i not in FAIL_ALWAYS]
     assert (result.succeeded, result.results) == (succeeded, succeeded)
     assert set(result.failed) == FAIL_ALWAYS
+
+
+async def test_a_windowed_group_from_an_iterator_in_chunks_keeps_its_window(
+    redis_url: str,
+    redis_client: Redis,
+    key_prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its planner reads the first window back from the sealed ledger."""
+    monkeypatch.setattr(ledger, "CHUNK_MEMBERS", 20)
+    size, window = 70, 4
+    probe = InFlightProbe(redis_client, key_prefix, "streamed")
+    broker, _ = stream_broker(redis_url, key_prefix)
+    results: list[GroupResult] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return int(await probe.run(index, lambda: asyncio.sleep(0.005, index)))
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    members = (Signature.of(member, i) for i in range(size))
+    async with worker(broker, max_async_tasks=10) as receiver:
+        spec = group(members, then=then, group_id="streamed", max_in_flight=window)
+        await spec.kiq(broker)
+        await eventually(lambda: len(results) == 1, timeout=30, what="continuation")
+        await drained(broker, receiver)
+
+    assert await probe.most() == window
+    assert await probe.members_ran() == set(range(size))
+    assert results[0].results == list(range(size))
 
 
 async def test_members_finishing_together_in_one_worker_release_as_many(
