@@ -221,6 +221,43 @@ async def test_the_status_says_how_many_are_in_flight_and_how_many_wait(
     assert sorted(started) == list(range(5))
 
 
+async def test_a_window_that_keeps_moving_is_never_stuck_however_long_it_runs(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Members one at a time, the whole taking several deadlines: its deadline
+    slides with each outcome, and the sweep finds nothing."""
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    results: list[GroupResult] = []
+    seen: list[tuple[bool, int]] = []  # (overdue, findings) while it runs
+
+    @broker.task
+    async def member(index: int) -> int:
+        await asyncio.sleep(0.1)
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    async def finished_while_on_time() -> bool:
+        status = await group_status(fanin, "long")
+        report = await sweep(fanin, dry_run=True)
+        seen.append((status.overdue(), len(report.findings)))
+        return bool(results)
+
+    members = [Signature.of(member, i) for i in range(10)]
+    async with worker(broker, max_async_tasks=4) as receiver:
+        await group(
+            members, then=then, group_id="long", max_in_flight=1, deadline=0.5
+        ).kiq(broker)
+        await eventually(finished_while_on_time, timeout=30, what="continuation")
+        await drained(broker, receiver)
+
+    assert len(seen) > 5  # looked at it all along its 1 s, two deadlines
+    assert not any(overdue or findings for overdue, findings in seen)
+    assert results[0].results == list(range(10))
+
+
 async def test_a_lost_kick_of_a_released_member_is_redriven_by_the_sweep(
     redis_url: str, key_prefix: str
 ) -> None:

@@ -232,3 +232,43 @@ async def test_a_redrive_pass_of_a_windowed_group_ends_at_its_released_members(
     )
     assert (rest.redriven, rest.over) == (True, True)
     assert await scripts.missing_members(keys, 0, 4) == {i: row(i) for i in (1, 2, 3)}
+
+
+async def test_a_windowed_groups_deadline_slides_with_each_outcome(
+    client: Redis, keys: GroupKeys
+) -> None:
+    """It is stuck when its window has not moved for its span, whatever its
+    width; near their expiry its keys live a ttl more."""
+    scripts = scripts_on(client)
+    await scripts.create_group(
+        keys,
+        token=TOKEN,
+        options={**OPTIONS, "max_in_flight": 2, "span": 60_000, "ttl": 100_000},
+        members=[row(i) for i in range(5)],
+        planner_lease_ms=60_000,
+        claimant="planner",
+    )
+    plain = GroupKeys(keys.prefix, "plain")
+    await scripts.create_group(
+        plain,
+        token=TOKEN,
+        options=OPTIONS,
+        members=[row(i) for i in range(5)],
+        planner_lease_ms=60_000,
+        claimant="planner",
+    )
+    for group in (keys, plain):
+        await client.hset(group.meta, "deadline", 0)  # long past
+    await record(scripts, keys, 0)
+    await record(scripts, plain, 0)
+
+    now = int((await client.time())[0]) * 1000
+    windowed, unwindowed = await meta_of(client, keys), await meta_of(client, plain)
+    assert windowed.due_at is not None
+    assert now - 5_000 < windowed.due_at - 60_000 <= now + 1_000
+    assert unwindowed.due_at == 0  # an unwindowed group's deadline stays
+    # Within two spans of its expiry: pushed to a ttl (or two spans) from now.
+    assert windowed.expires_at is not None
+    assert windowed.expires_at - 120_000 > now - 5_000
+    for key in (keys.meta, keys.plan, keys.done, keys.window):
+        assert await client.pttl(key) > 100_000

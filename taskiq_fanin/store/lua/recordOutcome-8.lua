@@ -25,9 +25,10 @@
   so the same delivery asking again after a lost reply is told it again, and
   another delivery of the member (its first copy's worker may have died
   between this call and the kick) is told it once the release's lease (ARGV[2])
-  ran out, unless the released member has an outcome by then. Once it has, its
-  entry goes (the window hash holds about 2 K fields, not one per member):
+  ran out, unless the released member has an outcome by then; once it has,
+  the entry goes (the window hash holds about 2 K fields, not one per member):
   '<member>' -> '<released> <when> <delivery>', and 'r<released>' -> member.
+  A windowed group's deadline slides to a span after its latest outcome.
 
   KEYS[1] meta      KEYS[2] done     KEYS[3] failed  KEYS[4] results
   KEYS[5] errors    KEYS[6] claim    KEYS[7] plan    KEYS[8] window
@@ -65,7 +66,7 @@ end
 
 local meta = redis.call('HMGET', KEYS[1],
   'token', 'state', 'total', 'expires', 'done_count', 'failed_count',
-  'max_in_flight', 'depth', 'cancellable')
+  'max_in_flight', 'depth', 'cancellable', 'span', 'ttl')
 if not meta[1] then
   return all(Recorded.NO_GROUP)  -- a missing group is never treated as complete
 end
@@ -80,7 +81,7 @@ local payloads = {done = KEYS[4], failed = KEYS[5]}
 local other = {done = 'failed', failed = 'done'}
 local holder = nil
 local window = tonumber(meta[7]) or 0
-local kicks, kicking, now = {}, false, nil
+local kicks, kicking, now, moved = {}, false, nil, false
 
 -- Hand the caller member j of the ledger to kick, for the i-th member of the call.
 local function kick(i, j)
@@ -100,6 +101,22 @@ local function release(i, index, delivery)
     'r' .. j, index)
   redis.call('PEXPIREAT', KEYS[8], meta[4])
   kick(i, j)
+end
+
+-- A windowed group runs for as long as its width takes: it is stuck when its
+-- window has not moved for its span, so its deadline slides with each outcome
+-- (and its keys, near their expiry, live a ttl more: it must outlive it).
+local function slide()
+  now = now or now_ms()
+  local span = tonumber(meta[10])
+  if not span then return end
+  redis.call('HSET', KEYS[1], 'deadline', now + span)
+  if now + 2 * span <= tonumber(meta[4]) then return end
+  meta[4] = now + math.max(tonumber(meta[11]) or 0, 2 * span)
+  redis.call('HSET', KEYS[1], 'expires', meta[4])
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7], KEYS[8]}) do
+    redis.call('PEXPIREAT', key, meta[4])
+  end
 end
 
 -- Another delivery of a recorded member: what it released, if it may kick it.
@@ -178,9 +195,11 @@ for i = 1, members do
       if window > 0 then redis.call('UNLINK', KEYS[8]) end
     elseif window > 0 then
       release(i, index, delivery)
+      moved = true
     end
   end
 end
+if moved and state == 'open' then slide() end
 
 local collected = {}
 local handed = false
