@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import _chart, deadlock, duplicates, overhead
-from benchmarks._cli import Benchmark, interrupted, redis_name, redis_option, session
+from benchmarks._cli import (
+    Benchmark,
+    flat,
+    interrupted,
+    listed,
+    redis_name,
+    redis_option,
+    session,
+)
 from benchmarks._report import (
     RESULTS_DIR,
     Check,
@@ -52,7 +60,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output directory")
     p.add_argument("--repeats", type=int, help="deadlock and overhead repeats")
-    p.add_argument("--sizes", type=int, nargs="+", help="overhead group sizes N")
+    p.add_argument(
+        "--sizes", type=listed(int), nargs="+", help="overhead and scale group sizes N"
+    )
     p.add_argument("--wait-timeout", type=float, help="waiting parents' timeout (s)")
     p.add_argument("--seed", type=int, help="duplicates: seed")
     p.add_argument("--dup-rate", type=float, help="duplicates: share sent twice")
@@ -70,7 +80,7 @@ def configure(args: argparse.Namespace, bench: Benchmark) -> Any:
         options = dataclasses.replace(options, **bench.quick)
     names = {spec.name for spec in dataclasses.fields(options)}
     chosen = {
-        name: tuple(value) if isinstance(value, list) else value
+        name: flat(value)
         for name in SHARED_FLAGS
         if name in names and (value := getattr(args, name)) is not None
     }

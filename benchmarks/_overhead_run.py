@@ -15,9 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from redis.asyncio import Redis
-from redis.exceptions import ResponseError
-
+from benchmarks._probes import redis_cpu
 from benchmarks._report import median, rounded
 from benchmarks._run import new_settings, worker_run
 from benchmarks.apps import overhead as app
@@ -46,15 +44,6 @@ class Sample:
     kick_seconds: float
     cpu: dict[str, float | None] = field(default_factory=dict)
     peak_bytes: int | None = None
-
-
-async def _redis_cpu(client: Redis) -> float | None:
-    """CPU seconds the Redis server has used (``None``: no INFO, as on fakeredis)."""
-    try:
-        info = await client.info("cpu")
-    except ResponseError:
-        return None
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _used(before: float | None, after: float | None) -> float | None:
@@ -130,7 +119,7 @@ async def one_run(
             if role == "broker" or url != provider.url
         }
         stats = {role: await commandstats_calls(t.url) for role, t in taps.items()}
-        redis_before = await _redis_cpu(run.client)
+        redis_before = await redis_cpu(run.client)
         worker_before = run.worker.cpu_seconds()
         client_before = time.process_time()
         started = time.perf_counter()
@@ -142,7 +131,7 @@ async def one_run(
         seconds = time.perf_counter() - started
         cpu = {
             "worker": _used(worker_before, run.worker.cpu_seconds()),
-            "redis": _used(redis_before, await _redis_cpu(run.client)),
+            "redis": _used(redis_before, await redis_cpu(run.client)),
             "client": time.process_time() - client_before,
         }
         tallies = {role: await t.stop() for role, t in taps.items()}
@@ -150,7 +139,7 @@ async def one_run(
             tally.commandstats = await commandstats_calls(taps[role].url) - stats[role]
         peak = None
         if side == "fanin" and measure:
-            raw = await run.client.hget(settings.record("memory"), "bytes")
+            raw = await run.client.hget(settings.record("then"), "bytes")
             peak = int(raw) if raw is not None else None
     sample = Sample(side, n, seconds, kicked - started, cpu, peak)
     return sample, tallies
@@ -215,10 +204,7 @@ def command_costs(
         return int(getattr(fanin, measure) - getattr(plain, measure))
 
     costs: dict[str, Any] = {}
-    for measure, name in {
-        "round_trips": "round_trips",
-        "executed": "redis_commands",
-    }.items():
+    for measure, name in COSTS.items():
         per_child = (delta(large, measure) - delta(small, measure)) / (large - small)
         costs[f"{name}_per_child"] = round(per_child, 4)
         costs[f"{name}_per_group"] = round(delta(large, measure) - per_child * large, 2)
