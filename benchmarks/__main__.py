@@ -1,9 +1,9 @@
-"""``python -m benchmarks`` (``make bench``): all three benchmarks, one summary.
+"""``python -m benchmarks`` (``make bench``): every benchmark, one summary.
 
-Runs deadlock, duplicates and overhead against one Redis with real ``taskiq
-worker`` processes, shows progress while they run, prints one table of targets
-against measurements, and writes ``<out>/{deadlock,duplicates,overhead,summary}
-.json`` and ``<out>/summary.png``.
+Runs deadlock, duplicates, overhead and scale against one Redis with real
+``taskiq worker`` processes, shows progress while they run, prints one table of
+targets against measurements, and writes ``<out>/<benchmark>.json``,
+``<out>/summary.json`` and ``<out>/summary.png``.
 
     python -m benchmarks [--quick] [--only overhead ...] [--out bench-results]
 """
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _chart, deadlock, duplicates, overhead
+from benchmarks import _chart, deadlock, duplicates, overhead, scale
 from benchmarks._cli import (
     Benchmark,
     flat,
@@ -40,7 +40,12 @@ from benchmarks._report import (
 
 BENCHMARKS: dict[str, Benchmark] = {
     bench.name: bench
-    for bench in (deadlock.BENCHMARK, duplicates.BENCHMARK, overhead.BENCHMARK)
+    for bench in (
+        deadlock.BENCHMARK,
+        duplicates.BENCHMARK,
+        overhead.BENCHMARK,
+        scale.BENCHMARK,
+    )
 }
 #: Flags that set a field of every benchmark's ``Options`` that has it.
 SHARED_FLAGS = ("repeats", "sizes", "wait_timeout", "seed", "dup_rate")
@@ -55,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         help="deadlock: 1 repeat; overhead: N=2,000 only, 3 pairs; duplicates: 40"
-        " albums: a smoke run of a minute or two",
+        " albums; scale: N=1,000 only: a smoke run of a minute or two",
     )
     p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output directory")
