@@ -21,7 +21,6 @@ from benchmarks._run import new_settings, worker_run
 from benchmarks.apps import overhead as app
 from benchmarks.apps.common import App
 from local_redis import MonitorTap, RedisProvider, Tally, commandstats_calls
-from taskiq_fanin import Signature, group
 
 if TYPE_CHECKING:
     from benchmarks.overhead import Options
@@ -55,8 +54,7 @@ async def _kick(
 ) -> int:
     """Kick ``n`` children the ``side`` way; returns the stream entries expected."""
     if side == "fanin":
-        members = [Signature.of(tasks.noop, index) for index in range(n)]
-        await group(members, then=Signature.of(tasks.then, measure)).kiq(tasks.broker)
+        await app.kick_group(tasks, n, measure=measure)
         return n + 1
     limit = asyncio.Semaphore(concurrency)
 

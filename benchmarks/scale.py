@@ -26,13 +26,12 @@ from typing import Any
 
 from benchmarks._cli import Benchmark, flag
 from benchmarks._probes import SLOWER_THAN_US, SlowLog
-from benchmarks._report import RESULTS_DIR, Steps, count, median, rounded
+from benchmarks._report import RESULTS_DIR, Steps, count, median, rounded, sizes
 from benchmarks._run import Run, new_settings, worker_run
 from benchmarks._targets import scale_checks
 from benchmarks.apps import overhead as app
 from benchmarks.apps.common import App
 from local_redis import MonitorTap, RedisProvider
-from taskiq_fanin import Signature, group
 from taskiq_fanin.models import GroupOptions
 
 APP = "benchmarks.apps.overhead"
@@ -65,11 +64,14 @@ class Options:
     count_max: int = flag(
         100_000, "count commands with MONITOR up to this N (0: never)"
     )
+    repeats: int = flag(5, "timed groups per N at most (fewer for big N)")
     recipe_n: int = flag(20, "group size beside the seed's recipe (0: skip)")
     recipe_repeats: int = flag(5, "groups per side beside the recipe")
     max_async_tasks: int = flag(100)
     #: Members of the untimed group that warms each worker up.
     warmup: int = 200
+    #: Members the timed groups of one N have at most in all (at least one group).
+    timed_members: int = 30_000
     #: Seconds one group may take before it counts as stuck.
     timeout: float = 1800.0
     results_dir: Path = RESULTS_DIR
@@ -78,6 +80,10 @@ class Options:
     def windows(self) -> tuple[int, ...]:
         """0 (every member kicked at once), then the window, if any."""
         return (0, self.window) if self.window else (0,)
+
+    def timed_groups(self, n: int) -> int:
+        """Timed groups of ``n`` members: ``repeats``, as many as the budget allows."""
+        return max(1, min(self.repeats, self.timed_members // n))
 
     @property
     def steps(self) -> int:
@@ -95,13 +101,9 @@ def window_missing() -> str | None:
 async def _kick(
     tasks: App, n: int, window: int, *, measure: bool
 ) -> tuple[str, float, float]:
-    """Plan a group of ``n`` no-op members: its id, when, and ``kiq``'s seconds."""
-    members = [Signature.of(tasks.noop, index) for index in range(n)]
-    options: dict[str, Any] = {WINDOW_OPTION: window} if window else {}
-    planned = group(members, then=Signature.of(tasks.then, measure), **options)
-    kicked, began = time.time(), time.perf_counter()
-    handle = await planned.kiq(tasks.broker)
-    return handle.group_id, kicked, time.perf_counter() - began
+    """A group of ``n`` no-op members, windowed or not (``app.kick_group``)."""
+    options = {WINDOW_OPTION: window} if window else {}
+    return await app.kick_group(tasks, n, measure=measure, **options)
 
 
 async def _notes(run: Run) -> dict[str, float]:
@@ -209,11 +211,36 @@ async def one_run(
         await _kick(tasks, warmup, window, measure=False)
         run.entries += warmup + 1
         await run.drain(options.timeout, f"{label}: warm-up")
-        row = await _timed(run, tasks, options, n, window)
+        timed = [
+            await _timed(run, tasks, options, n, window)
+            for _ in range(options.timed_groups(n))
+        ]
         counts = dict.fromkeys(("round_trips_per_member", "redis_commands_per_member"))
         if provider.can_monitor and n <= options.count_max:
             counts = await _counted(run, tasks, options, n, window)
-    return {**row, **counts}
+    return {**_medians(timed), **counts}
+
+
+def _medians(timed: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each number's median over the timed groups; the slowest command of them all.
+
+    Every group's latencies and CPU are kept (``samples``); the memory by key is
+    the first group's.
+    """
+    numbers = [
+        name for name, value in timed[0].items() if isinstance(value, float | int)
+    ]
+    row = {**timed[0], "groups": len(timed)}
+    for name in numbers:
+        values = [t[name] for t in timed]
+        row[name] = None if None in values else median(values)
+    logged = [t["longest_redis_command"] for t in timed if t["longest_redis_command"]]
+    longest = max(logged, key=lambda found: found["ms"] or 0, default=None)
+    row["longest_redis_command"] = longest
+    row["longest_redis_command_ms"] = longest and longest["ms"]
+    sampled = ("worker_cpu_us_per_member", *LATENCIES)
+    row["samples"] = {name: [t[name] for t in timed] for name in sampled}
+    return row
 
 
 async def beside_recipe(
@@ -286,12 +313,12 @@ async def run(
 
 
 def describe(options: Options) -> str:
-    """What ran: "scale at N = 1,000 and 10,000, max_in_flight 100 too"."""
-    sizes = " and ".join(f"{n:,}" for n in options.sizes)
+    """What ran: "scale at N = 1,000 and 10,000, max_in_flight=100 too; ..."."""
     window = f", max_in_flight={options.window} too" if options.window else ""
     groups = count(options.recipe_repeats, "group")
     recipe = f"; N = {options.recipe_n} beside the recipe, {groups} a side"
-    return f"scale at N = {sizes}{window}{recipe if options.recipe_n else ''}"
+    text = f"scale at N = {sizes(options.sizes)}{window}"
+    return text + (recipe if options.recipe_n else "")
 
 
 BENCHMARK = Benchmark(

@@ -23,7 +23,7 @@ from redis.exceptions import ResponseError
 from taskiq import AsyncBroker
 
 from benchmarks.apps.common import App, AppSettings
-from taskiq_fanin import GroupResult
+from taskiq_fanin import GroupResult, Signature, group
 
 #: SCAN page size when measuring the group's keys.
 _SCAN_COUNT = 1000
@@ -107,6 +107,17 @@ def build(settings: AppSettings) -> App:
                 await recipe_then.kiq(group)
 
     return app
+
+
+async def kick_group(
+    app: App, n: int, *, measure: bool, **options: Any
+) -> tuple[str, float, float]:
+    """Plan a group of ``n`` no-op members: its id, when, and ``kiq``'s seconds."""
+    members = [Signature.of(app.noop, index) for index in range(n)]
+    planned = group(members, then=Signature.of(app.then, measure), **options)
+    kicked, began = time.time(), time.perf_counter()
+    handle = await planned.kiq(app.broker)
+    return handle.group_id, kicked, time.perf_counter() - began
 
 
 def worker_broker() -> AsyncBroker:
