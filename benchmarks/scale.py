@@ -48,10 +48,11 @@ MEASURES = (
 )  # fmt: skip
 LATENCIES = ("first_member_start_ms", "last_member_to_continuation_ms")
 LEGEND = (
-    "scale: a group of N no-op members on one worker; windowed: max_in_flight"
-    " = K; per member: the timed group's (worker CPU; its keys' memory), counts"
-    " from an untimed group under MONITOR; continuation: the last member's end"
-    " to its start; first member: the kick to its start."
+    "scale: a group of N no-op members on one worker; all: every member kicked"
+    " at once, K: max_in_flight; x: the largest N's cost over the smallest N's;"
+    " a/b/c: each N, smallest first; per member: worker CPU and the group's"
+    " keys, counts under MONITOR; continuation: the last member's end to its"
+    " start; first member: the kick to its start; recipe: the seed's SADD/SET NX."
 )
 
 
