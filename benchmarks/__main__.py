@@ -64,7 +64,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output directory")
-    p.add_argument("--repeats", type=int, help="deadlock and overhead repeats")
+    p.add_argument("--repeats", type=int, help="deadlock, overhead and scale repeats")
     p.add_argument(
         "--sizes", type=listed(int), nargs="+", help="overhead and scale group sizes N"
     )

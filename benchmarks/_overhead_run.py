@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from benchmarks._probes import redis_cpu
+from benchmarks._probes import redis_cpu, used
 from benchmarks._report import median, rounded
 from benchmarks._run import new_settings, worker_run
 from benchmarks.apps import overhead as app
@@ -43,10 +43,6 @@ class Sample:
     kick_seconds: float
     cpu: dict[str, float | None] = field(default_factory=dict)
     peak_bytes: int | None = None
-
-
-def _used(before: float | None, after: float | None) -> float | None:
-    return None if before is None or after is None else after - before
 
 
 async def _kick(
@@ -128,8 +124,8 @@ async def one_run(
         await run.drain(options.timeout, f"overhead {label}")
         seconds = time.perf_counter() - started
         cpu = {
-            "worker": _used(worker_before, run.worker.cpu_seconds()),
-            "redis": _used(redis_before, await redis_cpu(run.client)),
+            "worker": used(worker_before, run.worker.cpu_seconds()),
+            "redis": used(redis_before, await redis_cpu(run.client)),
             "client": time.process_time() - client_before,
         }
         tallies = {role: await t.stop() for role, t in taps.items()}

@@ -31,6 +31,11 @@ async def redis_cpu(client: Redis) -> float | None:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+def used(before: float | None, after: float | None) -> float | None:
+    """What a counter (CPU seconds) gained over a span; ``None`` if unreadable."""
+    return None if before is None or after is None else after - before
+
+
 class SlowLog:
     """The slowest single command one server runs during a span (``SLOWLOG``).
 

@@ -1,16 +1,17 @@
 """What a group costs as it grows: N no-op members, windowed or not, on a real worker.
 
 For each N (1,000, 10,000 and 100,000) a worker of its own runs an untimed
-warm-up group, then the timed group: plan time (the ``kiq`` call), the worker's
-CPU per member, the memory of the group's keys per member at its peak (read by
-the continuation) and after it completed, the slowest single command the server
-ran (SLOWLOG), the kick to the first member's start, the last member's end to
-the continuation's start, and the continuation's message (its stream entry).
-An untimed group of the same N under MONITOR then counts client round trips and
-commands Redis ran on the fan-in's keys. Every N runs with and without
-``max_in_flight`` (skipped, with the reason, where GroupOptions has no such
-option). At N = 20 the two latencies are set beside the seed's hand-written
-recipe (SADD, SCARD, SET NX) on the same harness: medians of several groups.
+warm-up group, then timed groups (the median of up to 5, fewer for big N):
+plan time (the ``kiq`` call), the worker's CPU per member, the memory of the
+group's keys per member at its peak (read by the continuation) and after it
+completed, the slowest single command the server ran (SLOWLOG), the kick to the
+first member's start, the last member's end to the continuation's start, and
+the continuation's message (its stream entry). An untimed group of the same N
+under MONITOR then counts client round trips and commands Redis ran on the
+fan-in's keys. Every N runs with and without ``max_in_flight`` (skipped, with
+the reason, where GroupOptions has no such option). At N = 20 the two
+latencies are set beside the seed's hand-written recipe (SADD, SCARD, SET NX)
+on the same harness: medians of several groups.
 
     python -m benchmarks.scale [--sizes 1000,10000,100000] [--window 100] [--json PATH]
 """
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._cli import Benchmark, flag
-from benchmarks._probes import SLOWER_THAN_US, SlowLog
+from benchmarks._probes import SLOWER_THAN_US, SlowLog, used
 from benchmarks._report import RESULTS_DIR, Steps, count, median, rounded, sizes
 from benchmarks._run import Run, new_settings, worker_run
 from benchmarks._targets import scale_checks
@@ -150,13 +151,12 @@ async def _timed(run: Run, tasks: App, options: Options, n: int, window: int) ->
         cpu_after = run.worker.cpu_seconds()
         longest = await slow.longest()
     notes = await _notes(run)
-    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     measured = "bytes" in notes  # no MEMORY USAGE on fakeredis
     after = await app.group_memory(run.settings, group_id) if measured else {}
     return {
         "seconds": round(seconds, 3),
         "plan_seconds": round(plan, 4),
-        "worker_cpu_us_per_member": _per_member(cpu, n, 1e6),
+        "worker_cpu_us_per_member": _per_member(used(cpu_before, cpu_after), n, 1e6),
         "peak_bytes_per_member": _per_member(notes.get("bytes"), n),
         "after_bytes_per_member": _per_member(sum(after.values()), n)
         if measured
