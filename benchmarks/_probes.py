@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from types import TracebackType
 from typing import Any
 
@@ -59,19 +60,24 @@ class SlowLog:
         return self
 
     async def longest(self) -> dict[str, Any] | None:
-        """The slowest command of the run so far: ``{"ms", "command", "logged"}``."""
+        """The slowest command of the span: ``{"ms", "command", "words", ...}``.
+
+        ``words`` is how many the command had (name and arguments): a script
+        that records a batch of outcomes has more.
+        """
         if self._saved is None:
             return None
         entries = await self.client.slowlog_get(MAX_ENTRIES)
         runs = [
-            (entry["duration"] / 1000, _command(entry["command"]))
+            (entry["duration"] / 1000, *_command(entry["command"]))
             for entry in entries
-            if _command(entry["command"]).split(" ")[0] not in _NOT_THE_RUN
+            if _command(entry["command"])[0].split(" ")[0] not in _NOT_THE_RUN
         ]
-        ms, command = max(runs, default=(None, None))
+        ms, command, words = max(runs, default=(None, None, None))
         return {
             "ms": None if ms is None else round(ms, 3),
             "command": command,
+            "words": words,
             "logged": len(runs),
             "full": len(entries) >= MAX_ENTRIES,
         }
@@ -96,10 +102,16 @@ def _script_names() -> dict[str, str]:
     }
 
 
-def _command(raw: bytes | str) -> str:
-    """A logged command's name, and its script's (``EVALSHA createGroup``)."""
-    words = (raw.decode(errors="replace") if isinstance(raw, bytes) else raw).split()
+def _command(raw: bytes | str) -> tuple[str, int]:
+    """A logged command's name, its script's (``EVALSHA createGroup``), its words.
+
+    SLOWLOG keeps 32 words of a command and says how many more it had.
+    """
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    words = text.split()
+    more = re.search(r"\.\.\. \((\d+) more arguments\)$", text)
+    count = len(words) if more is None else 31 + int(more[1])
     name = words[0].upper() if words else ""
     if name == "EVALSHA" and len(words) > 1:
-        return f"{name} {_script_names().get(words[1], words[1][:8])}"
-    return name
+        return f"{name} {_script_names().get(words[1], words[1][:8])}", count
+    return name, count
