@@ -140,7 +140,9 @@ def _per_member(value: float | None, n: int, scale: float = 1.0) -> float | None
     return None if value is None else round(value * scale / n, 4)
 
 
-async def _timed(run: Run, tasks: App, options: Options, n: int, window: int) -> Any:
+async def _timed(
+    run: Run, tasks: App, options: Options, n: int, window: int
+) -> dict[str, Any]:
     """The timed group: every measure but the counts."""
     async with SlowLog(run.client) as slow:
         cpu_before = run.worker.cpu_seconds()
@@ -174,7 +176,9 @@ async def _timed(run: Run, tasks: App, options: Options, n: int, window: int) ->
     }
 
 
-async def _counted(run: Run, tasks: App, options: Options, n: int, window: int) -> Any:
+async def _counted(
+    run: Run, tasks: App, options: Options, n: int, window: int
+) -> dict[str, Any]:
     """An untimed group under MONITOR: the fan-in's round trips and commands.
 
     Client commands on the fan-in's keys are its round trips (a script call is
