@@ -227,10 +227,10 @@ async def one_run(
 
 
 def _medians(timed: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each number's median over the timed groups; the slowest command of them all.
+    """Each number's median over the timed groups, each group's kept (``samples``).
 
-    Every group's latencies and CPU are kept (``samples``); the memory by key is
-    the first group's.
+    The slowest command is each group's, their median; ``longest_redis_command``
+    names the slowest of them all. The memory by key is the first group's.
     """
     numbers = [
         name for name, value in timed[0].items() if isinstance(value, float | int)
@@ -239,11 +239,14 @@ def _medians(timed: list[dict[str, Any]]) -> dict[str, Any]:
     for name in numbers:
         values = [t[name] for t in timed]
         row[name] = None if None in values else median(values)
+    # A group that logged nothing had nothing as slow as the log's threshold.
+    slowest = [t["longest_redis_command_ms"] or 0.0 for t in timed]
+    row["longest_redis_command_ms"] = median(slowest) or None
     logged = [t["longest_redis_command"] for t in timed if t["longest_redis_command"]]
-    longest = max(logged, key=lambda found: found["ms"] or 0, default=None)
-    row["longest_redis_command"] = longest
-    row["longest_redis_command_ms"] = longest and longest["ms"]
-    sampled = ("worker_cpu_us_per_member", *LATENCIES)
+    row["longest_redis_command"] = max(
+        logged, key=lambda found: found["ms"] or 0, default=None
+    )
+    sampled = ("worker_cpu_us_per_member", "longest_redis_command_ms", *LATENCIES)
     row["samples"] = {name: [t[name] for t in timed] for name in sampled}
     return row
 

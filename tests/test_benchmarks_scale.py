@@ -68,11 +68,13 @@ def check_measured(row: dict[str, Any]) -> None:
     assert row["peak_bytes_per_member"] > row["after_bytes_per_member"]
     assert row["plan_seconds"] < row["seconds"]
     longest = row["longest_redis_command"]
-    # Nothing slower than the log's threshold is the one reason for no value.
+    assert longest is not None  # SLOWLOG was read
+    # No value: most groups had nothing as slow as the log's threshold.
+    slowest = row["samples"]["longest_redis_command_ms"]
     if row["longest_redis_command_ms"] is None:
-        assert longest["logged"] == 0
+        assert sum(1 for ms in slowest if ms) <= len(slowest) // 2
     else:
-        assert row["longest_redis_command_ms"] > 0
+        assert 0 < row["longest_redis_command_ms"] <= longest["ms"]
         assert longest["command"]
 
 
