@@ -334,9 +334,12 @@ def draw(
     height = fig.get_figheight()
     fig.text(0.5, 1 - 0.12 / height, title, ha="center", va="top", fontsize=13,
              fontweight="bold")  # fmt: skip
-    fig.text(0.5, 1 - 0.42 / height, "\n".join(settings), ha="center", va="top",
+    # Wrapped to the figure's width (about 15 characters an inch at 9 points).
+    width = int(15 * fig.get_figwidth())
+    lines = [part for line in settings for part in textwrap.wrap(line, width)]
+    fig.text(0.5, 1 - 0.42 / height, "\n".join(lines), ha="center", va="top",
              fontsize=9)  # fmt: skip
-    fig.tight_layout(rect=(0, 0, 1, 1 - (0.5 + 0.17 * len(settings)) / height))
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.5 + 0.17 * len(lines)) / height))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
