@@ -108,18 +108,6 @@ async def _kick(
     return await app.kick_group(tasks, n, measure=measure, **options)
 
 
-async def _notes(run: Run) -> dict[str, float]:
-    """What the last continuation wrote (its start, the members' notes), cleared."""
-    key = run.settings.record("then")
-    raw = await run.client.hgetall(key)
-    await run.client.delete(key)
-    return {_text(name): float(value) for name, value in raw.items()}
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _latencies(notes: dict[str, float], kicked: float) -> dict[str, float]:
     ms = {
         "first_member_start_ms": notes["first_start"] - kicked,
@@ -152,7 +140,7 @@ async def _timed(
         seconds = time.time() - kicked
         cpu_after = run.worker.cpu_seconds()
         longest = await slow.longest()
-    notes = await _notes(run)
+    notes = await run.record("then", clear=True)
     measured = "bytes" in notes  # no MEMORY USAGE on fakeredis
     after = await app.group_memory(run.settings, group_id) if measured else {}
     return {
@@ -283,7 +271,7 @@ async def beside_recipe(
                         await tasks.recipe_member.kiq(gid, index, n)
                 run.entries += n + 1
                 await run.drain(options.timeout, f"scale {side} n={n}")
-                latencies = _latencies(await _notes(run), kicked)
+                latencies = _latencies(await run.record("then", clear=True), kicked)
                 samples += [latencies] if repeat else []
         sides[side] = {
             **{name: median([s[name] for s in samples]) for name in LATENCIES},
