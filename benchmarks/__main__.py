@@ -1,9 +1,9 @@
-"""``python -m benchmarks`` (``make bench``): all three benchmarks, one summary.
+"""``python -m benchmarks`` (``make bench``): every benchmark, one summary.
 
-Runs deadlock, duplicates and overhead against one Redis with real ``taskiq
-worker`` processes, shows progress while they run, prints one table of targets
-against measurements, and writes ``<out>/{deadlock,duplicates,overhead,summary}
-.json`` and ``<out>/summary.png``.
+Runs deadlock, duplicates, overhead and scale against one Redis with real
+``taskiq worker`` processes, shows progress while they run, prints one table of
+targets against measurements, and writes ``<out>/<benchmark>.json``,
+``<out>/summary.json`` and ``<out>/summary.png``.
 
     python -m benchmarks [--quick] [--only overhead ...] [--out bench-results]
 """
@@ -19,8 +19,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _chart, deadlock, duplicates, overhead
-from benchmarks._cli import Benchmark, interrupted, redis_name, redis_option, session
+from benchmarks import _chart, deadlock, duplicates, overhead, scale
+from benchmarks._cli import (
+    Benchmark,
+    flat,
+    interrupted,
+    listed,
+    redis_name,
+    redis_option,
+    session,
+)
 from benchmarks._report import (
     RESULTS_DIR,
     Check,
@@ -32,7 +40,12 @@ from benchmarks._report import (
 
 BENCHMARKS: dict[str, Benchmark] = {
     bench.name: bench
-    for bench in (deadlock.BENCHMARK, duplicates.BENCHMARK, overhead.BENCHMARK)
+    for bench in (
+        deadlock.BENCHMARK,
+        duplicates.BENCHMARK,
+        overhead.BENCHMARK,
+        scale.BENCHMARK,
+    )
 }
 #: Flags that set a field of every benchmark's ``Options`` that has it.
 SHARED_FLAGS = ("repeats", "sizes", "wait_timeout", "seed", "dup_rate")
@@ -47,12 +60,14 @@ def parser() -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         help="deadlock: 1 repeat; overhead: N=2,000 only, 3 pairs; duplicates: 40"
-        " albums: a smoke run of a minute or two",
+        " albums; scale: N=1,000 only: a smoke run of a minute or two",
     )
     p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output directory")
-    p.add_argument("--repeats", type=int, help="deadlock and overhead repeats")
-    p.add_argument("--sizes", type=int, nargs="+", help="overhead group sizes N")
+    p.add_argument("--repeats", type=int, help="deadlock, overhead and scale repeats")
+    p.add_argument(
+        "--sizes", type=listed(int), nargs="+", help="overhead and scale group sizes N"
+    )
     p.add_argument("--wait-timeout", type=float, help="waiting parents' timeout (s)")
     p.add_argument("--seed", type=int, help="duplicates: seed")
     p.add_argument("--dup-rate", type=float, help="duplicates: share sent twice")
@@ -70,7 +85,7 @@ def configure(args: argparse.Namespace, bench: Benchmark) -> Any:
         options = dataclasses.replace(options, **bench.quick)
     names = {spec.name for spec in dataclasses.fields(options)}
     chosen = {
-        name: tuple(value) if isinstance(value, list) else value
+        name: flat(value)
         for name in SHARED_FLAGS
         if name in names and (value := getattr(args, name)) is not None
     }

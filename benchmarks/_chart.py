@@ -1,4 +1,4 @@
-"""``bench-results/summary.png``: the three benchmarks in one picture."""
+"""``bench-results/summary.png``: the benchmarks in one picture."""
 
 from __future__ import annotations
 
@@ -18,8 +18,12 @@ from matplotlib.ticker import FuncFormatter
 
 from benchmarks._targets import (
     CELERY_CHORD_COMMANDS,
+    FLAT,
+    TARGET_CONTINUATION_MS,
     TARGET_CPU_RATIO,
     TARGET_FANIN_MARGIN,
+    TARGET_FLAT,
+    TARGET_LONGEST_MS,
     TARGET_ROUND_TRIPS,
 )
 from benchmarks.overhead import PEERS_SOURCE
@@ -221,6 +225,77 @@ def _commands(ax: Axes, data: dict[str, Any]) -> None:
     ax.legend(fontsize=8, loc="upper left")
 
 
+def _scale_modes(data: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The runs that ran, by mode (every member kicked, windowed), smallest N first."""
+    modes = []
+    for windowed, name in ((False, "all kicked"), (True, "windowed")):
+        rows = [
+            r for r in data["runs"] if r["windowed"] == windowed and not r["skipped"]
+        ]
+        if rows:
+            window = f" (K={rows[0]['window']})" if windowed else ""
+            modes.append((name + window, sorted(rows, key=lambda r: r["n"])))
+    return modes
+
+
+def _scale_costs(ax: Axes, data: dict[str, Any]) -> None:
+    """Each cost per member over its value at the smallest N: flat is 1."""
+    colors = (OURS, BAD, PARENT, BASELINE, WALL)
+    for style, (mode, rows) in zip(("-", "--"), _scale_modes(data), strict=False):
+        for color, (key, name) in zip(colors, FLAT.items(), strict=False):
+            first = rows[0][key]
+            points = [(r["n"], r[key] / first) for r in rows if first and r[key]]
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, style, marker="o", color=color, label=f"{name}, {mode}")
+    ax.axhline(TARGET_FLAT, color=TARGET, linestyle="dashed", label="target")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    sizes = sorted({r["n"] for _, rows in _scale_modes(data) for r in rows})
+    ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
+    ax.set_ylim(top=max(1.5, ax.get_ylim()[1]))
+    ax.set_xlabel("group size N (no-op members)")
+    ax.set_ylabel("per member, over the smallest N's")
+    ax.set_title("Scale: cost per member as the group grows", fontsize=10)
+    ax.legend(fontsize=6, loc="upper left", ncol=2)  # above the target line
+
+
+def _scale_latency(ax: Axes, data: dict[str, Any]) -> None:
+    """Latencies and the slowest command per run, the recipe's at N = 20 first."""
+    measures = (
+        ("last_member_to_continuation_ms", "last member to continuation", OURS),
+        ("first_member_start_ms", "kick to first member", WALL),
+        ("longest_redis_command_ms", "longest Redis command", BAD),
+    )
+    groups: list[tuple[str, dict[str, Any]]] = []
+    recipe = data.get("recipe")
+    if recipe:
+        groups += [(f"N={recipe['n']}\nours", recipe["fanin"])]
+        groups += [(f"N={recipe['n']}\nrecipe", recipe["recipe"])]
+    for mode, rows in _scale_modes(data):
+        groups += [(f"N={r['n']:,}\n{mode.split(' (')[0]}", r) for r in rows]
+    width = 0.8 / len(measures)
+    for offset, (key, label, color) in enumerate(measures):
+        for x, (_, row) in enumerate(groups):
+            value = row.get(key)
+            if value:
+                bar = ax.bar(
+                    x + (offset - 1) * width, value, width, color=color,
+                    label=label if x == len(groups) - 1 else None,
+                )  # fmt: skip
+                ax.bar_label(bar, [f"{value:.3g}"], fontsize=6)
+    ax.axhline(TARGET_CONTINUATION_MS, color=TARGET, linestyle="dashed",
+               label=f"continuation target {TARGET_CONTINUATION_MS:g} ms")  # fmt: skip
+    ax.axhline(TARGET_LONGEST_MS, color=BAD, linestyle="dotted",
+               label=f"longest command target {TARGET_LONGEST_MS:g} ms")  # fmt: skip
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.set_xticks(range(len(groups)), [name for name, _ in groups], fontsize=7)
+    ax.set_ylabel("ms (log scale)")
+    ax.set_title("Scale: latencies, and the slowest single command", fontsize=10)
+    ax.legend(fontsize=6, loc="upper left")
+
+
 def draw(
     path: Path,
     results: dict[str, dict[str, Any]],
@@ -241,7 +316,10 @@ def draw(
     if "overhead" in results:
         panels.append(lambda ax: _overhead(ax, results["overhead"]))
         panels.append(lambda ax: _commands(ax, results["overhead"]))
-    rows = 1 if len(panels) <= 2 else 2
+    if "scale" in results:
+        panels.append(lambda ax: _scale_costs(ax, results["scale"]))
+        panels.append(lambda ax: _scale_latency(ax, results["scale"]))
+    rows = (len(panels) + 1) // 2
     columns = 1 if len(panels) <= 1 else 2
     fig, axes = plt.subplots(
         rows, columns, figsize=(6.5 * columns, 4.5 * rows + 0.8), squeeze=False
@@ -256,9 +334,12 @@ def draw(
     height = fig.get_figheight()
     fig.text(0.5, 1 - 0.12 / height, title, ha="center", va="top", fontsize=13,
              fontweight="bold")  # fmt: skip
-    fig.text(0.5, 1 - 0.42 / height, "\n".join(settings), ha="center", va="top",
+    # Wrapped to the figure's width (about 15 characters an inch at 9 points).
+    width = int(15 * fig.get_figwidth())
+    lines = [part for line in settings for part in textwrap.wrap(line, width)]
+    fig.text(0.5, 1 - 0.42 / height, "\n".join(lines), ha="center", va="top",
              fontsize=9)  # fmt: skip
-    fig.tight_layout(rect=(0, 0, 1, 1 - (0.5 + 0.17 * len(settings)) / height))
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.5 + 0.17 * len(lines)) / height))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -36,11 +36,28 @@ from local_redis import (
 BenchRun = Callable[[RedisProvider, Any, Steps], Coroutine[Any, Any, dict[str, Any]]]
 
 
+def listed(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    """A flag's values, as one word or several, commas between them: "1000,10000"."""
+
+    def parse(text: str) -> list[Any]:
+        return [kind(part) for part in text.split(",") if part]
+
+    parse.__name__ = getattr(kind, "__name__", "value")  # for argparse's errors
+    return parse
+
+
+def flat(value: Any) -> Any:
+    """A listed flag's words (lists, from :func:`listed`) as one tuple."""
+    if isinstance(value, list):
+        return tuple(item for word in value for item in word)
+    return value
+
+
 def flag(default: Any, text: str | None = None, *, nargs: str = "+") -> Any:
     """An ``Options`` field that is a flag of the benchmark run alone too.
 
     ``--max-async-tasks`` sets ``max_async_tasks``; a tuple default takes a list
-    (``nargs``), of the type of the default's values.
+    (``nargs``, or commas: ``--sizes 1000,10000``) of the type of its values.
     """
     return field(default=default, metadata={"help": text, "nargs": nargs})
 
@@ -74,9 +91,9 @@ class Benchmark:
             many = isinstance(default, tuple)
             parser.add_argument(
                 "--" + spec.name.replace("_", "-"),
-                type=type(default[0]) if many else type(default),
+                type=listed(type(default[0])) if many else type(default),
                 nargs=spec.metadata["nargs"] if many else None,
-                default=list(default) if many else default,
+                default=[list(default)] if many else default,
                 help=spec.metadata["help"],
             )
         parser.add_argument(
@@ -99,7 +116,7 @@ class Benchmark:
         options = dataclasses.replace(
             self.defaults,
             results_dir=args.json.parent,
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in chosen.items()},
+            **{name: flat(value) for name, value in chosen.items()},
         )
 
         async def body(provider: RedisProvider, bars: Any) -> dict[str, Any]:

@@ -15,15 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from redis.asyncio import Redis
-from redis.exceptions import ResponseError
-
+from benchmarks._probes import redis_cpu, used
 from benchmarks._report import median, rounded
 from benchmarks._run import new_settings, worker_run
 from benchmarks.apps import overhead as app
 from benchmarks.apps.common import App
 from local_redis import MonitorTap, RedisProvider, Tally, commandstats_calls
-from taskiq_fanin import Signature, group
 
 if TYPE_CHECKING:
     from benchmarks.overhead import Options
@@ -48,26 +45,12 @@ class Sample:
     peak_bytes: int | None = None
 
 
-async def _redis_cpu(client: Redis) -> float | None:
-    """CPU seconds the Redis server has used (``None``: no INFO, as on fakeredis)."""
-    try:
-        info = await client.info("cpu")
-    except ResponseError:
-        return None
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
-def _used(before: float | None, after: float | None) -> float | None:
-    return None if before is None or after is None else after - before
-
-
 async def _kick(
     tasks: App, side: str, n: int, *, concurrency: int, measure: bool
 ) -> int:
     """Kick ``n`` children the ``side`` way; returns the stream entries expected."""
     if side == "fanin":
-        members = [Signature.of(tasks.noop, index) for index in range(n)]
-        await group(members, then=Signature.of(tasks.then, measure)).kiq(tasks.broker)
+        await app.kick_group(tasks, n, measure=measure)
         return n + 1
     limit = asyncio.Semaphore(concurrency)
 
@@ -130,7 +113,7 @@ async def one_run(
             if role == "broker" or url != provider.url
         }
         stats = {role: await commandstats_calls(t.url) for role, t in taps.items()}
-        redis_before = await _redis_cpu(run.client)
+        redis_before = await redis_cpu(run.client)
         worker_before = run.worker.cpu_seconds()
         client_before = time.process_time()
         started = time.perf_counter()
@@ -141,8 +124,8 @@ async def one_run(
         await run.drain(options.timeout, f"overhead {label}")
         seconds = time.perf_counter() - started
         cpu = {
-            "worker": _used(worker_before, run.worker.cpu_seconds()),
-            "redis": _used(redis_before, await _redis_cpu(run.client)),
+            "worker": used(worker_before, run.worker.cpu_seconds()),
+            "redis": used(redis_before, await redis_cpu(run.client)),
             "client": time.process_time() - client_before,
         }
         tallies = {role: await t.stop() for role, t in taps.items()}
@@ -150,7 +133,7 @@ async def one_run(
             tally.commandstats = await commandstats_calls(taps[role].url) - stats[role]
         peak = None
         if side == "fanin" and measure:
-            raw = await run.client.hget(settings.record("memory"), "bytes")
+            raw = await run.client.hget(settings.record("then"), "bytes")
             peak = int(raw) if raw is not None else None
     sample = Sample(side, n, seconds, kicked - started, cpu, peak)
     return sample, tallies
@@ -215,10 +198,7 @@ def command_costs(
         return int(getattr(fanin, measure) - getattr(plain, measure))
 
     costs: dict[str, Any] = {}
-    for measure, name in {
-        "round_trips": "round_trips",
-        "executed": "redis_commands",
-    }.items():
+    for measure, name in COSTS.items():
         per_child = (delta(large, measure) - delta(small, measure)) / (large - small)
         costs[f"{name}_per_child"] = round(per_child, 4)
         costs[f"{name}_per_group"] = round(delta(large, measure) - per_child * large, 2)

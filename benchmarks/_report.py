@@ -81,6 +81,12 @@ def count(number: int, noun: str) -> str:
     return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
+def sizes(numbers: Sequence[int]) -> str:
+    """``1,000, 10,000 and 100,000``."""
+    shown = [f"{n:,}" for n in numbers]
+    return " and ".join([", ".join(shown[:-1]), shown[-1]] if len(shown) > 1 else shown)
+
+
 def run_date() -> str:
     """Now, to the minute, with the local time zone."""
     return datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")

@@ -76,6 +76,20 @@ class Run:
     worker: TaskiqWorker
     entries: int = PING_ENTRIES
 
+    async def record(self, name: str, *, clear: bool = False) -> dict[str, float]:
+        """One of the run's bookkeeping hashes (``settings.record``), as numbers.
+
+        ``clear`` deletes it once read, for the next group to write afresh.
+        """
+        key = self.settings.record(name)
+        raw = await self.client.hgetall(key)
+        if clear:
+            await self.client.delete(key)
+        return {
+            (k.decode() if isinstance(k, bytes) else k): float(v)
+            for k, v in raw.items()
+        }
+
     async def drained(self) -> bool:
         """Every expected entry was delivered and acknowledged."""
         return await stream_drained(self.client, self.settings.queue, self.entries)

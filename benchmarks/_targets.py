@@ -198,3 +198,119 @@ def overhead_checks(data: dict[str, Any]) -> list[Check]:
             check(f"memory per member, N={row['n']:,}", "reported", measured, None)
         )
     return result
+
+
+#: How much more a member may cost at the largest N than at the smallest.
+TARGET_FLAT = 1.20
+#: The slowest single command Redis may run, at any N (ms).
+TARGET_LONGEST_MS = 10.0
+#: The last member's end to the continuation's start, at any N (ms).
+TARGET_CONTINUATION_MS = 5.0
+#: How far behind the seed's recipe each latency may be at N = 20 (ms).
+TARGET_BESIDE_RECIPE_MS = 1.0
+#: Costs that must stay flat in N: their names in the table.
+FLAT = {
+    "worker_cpu_us_per_member": "CPU us/member",
+    "round_trips_per_member": "round trips/member",
+    "redis_commands_per_member": "commands/member",
+    "peak_bytes_per_member": "peak B/member",
+    "continuation_message_bytes": "message B",
+}
+
+
+def _values(rows: list[dict[str, Any]], key: str, form: str) -> str:
+    return "/".join("-" if r[key] is None else format(r[key], form) for r in rows)
+
+
+def _flat(rows: list[dict[str, Any]], key: str, timed: bool) -> tuple[str, bool | None]:
+    """Largest N against smallest N: "1.05x (480, 505)"."""
+    small, large = rows[0][key], rows[-1][key]
+    if small is None or large is None or not small:
+        return "not measurable here", None
+    ratio = large / small
+    met = ratio <= TARGET_FLAT if timed or "cpu" not in key else None
+    return f"{ratio:.2f}x ({small:.3g}, {large:.3g})", met
+
+
+def _longest(rows: list[dict[str, Any]], floor: float) -> tuple[str, bool]:
+    """The slowest command of each run; none logged: under the log's threshold."""
+    shown, met = [], True
+    for row in rows:
+        ms, logged = row["longest_redis_command_ms"], row["longest_redis_command"]
+        if ms is None and logged is not None:  # read, and nothing that slow
+            ms, text = floor, f"<{floor:g}"
+        else:
+            text = "-" if ms is None else f"{ms:.1f}"
+        shown.append(text)
+        met = met and ms is not None and ms < TARGET_LONGEST_MS
+    return f"{'/'.join(shown)} ms", met
+
+
+def _scale_rows(
+    rows: list[dict[str, Any]], tag: str, timed: bool, floor: float
+) -> list[Check]:
+    """One mode's (every member kicked, or windowed) rows, smallest N first."""
+    check = functools.partial(Check, "scale")
+    result = []
+    if len(rows) > 1:
+        for key, name in FLAT.items():
+            measured, met = _flat(rows, key, timed)
+            target = f"<= {TARGET_FLAT:.2f}x"
+            result.append(check(f"{name}, {tag}", target, measured, met))
+    measured, met = _longest(rows, floor)
+    limit = f"< {TARGET_LONGEST_MS:g} ms"
+    result.append(
+        check(f"longest command, {tag}", limit, measured, met if timed else None)
+    )
+    values = [r["last_member_to_continuation_ms"] for r in rows]
+    met = all(v is not None and v < TARGET_CONTINUATION_MS for v in values)
+    result.append(
+        check(
+            f"to continuation, {tag}",
+            f"< {TARGET_CONTINUATION_MS:g} ms",
+            f"{_values(rows, 'last_member_to_continuation_ms', '.1f')} ms",
+            met if timed else None,
+        )
+    )
+    for key, name, unit, form in (
+        ("first_member_start_ms", "first member", "ms", ".1f"),
+        ("plan_seconds", "plan", "s", ".2f"),
+        ("seconds", "wall", "s", ".2f"),
+    ):
+        measured = f"{_values(rows, key, form)} {unit}"
+        result.append(check(f"{name}, {tag}", "reported", measured, None))
+    return result
+
+
+def scale_checks(data: dict[str, Any]) -> list[Check]:
+    """The scale targets beside what was measured."""
+    timed = data.get("redis") != "fakeredis"
+    result: list[Check] = []
+    for windowed in (False, True):
+        rows = sorted(
+            (r for r in data["runs"] if r["windowed"] == windowed), key=lambda r: r["n"]
+        )
+        tag = f"K={rows[0]['window']}" if rows and windowed else "all"
+        if rows and rows[0]["skipped"]:
+            result.append(Check("scale", f"windowed, {tag}", "runs", "skipped", None))
+        elif rows:
+            floor = data["slowlog_slower_than_ms"]
+            result.extend(_scale_rows(rows, tag, timed, floor))
+    recipe = data.get("recipe")
+    for key, name in (
+        ("first_member_start_ms", "first member"),
+        ("last_member_to_continuation_ms", "to continuation"),
+    ):
+        if not recipe:
+            break
+        ours, theirs = recipe["fanin"][key], recipe["recipe"][key]
+        result.append(
+            Check(
+                "scale",
+                f"{name}, N={recipe['n']}",
+                f"<= +{TARGET_BESIDE_RECIPE_MS:g} ms",
+                f"{ours:.2f} vs recipe {theirs:.2f} ms",
+                ours - theirs <= TARGET_BESIDE_RECIPE_MS if timed else None,
+            )
+        )
+    return result

@@ -94,13 +94,6 @@ class Outcome:
     last_child_finished: float | None = None
 
 
-async def _stamps(run: Run, name: str) -> dict[str, float]:
-    raw = await run.client.hgetall(run.settings.record(name))
-    return {
-        (k.decode() if isinstance(k, bytes) else k): float(v) for k, v in raw.items()
-    }
-
-
 #: The task each album's parent is, by pattern (baseline: no parent).
 PARENTS = {"waiting": "album_waiting", "fanin": "make_album", "parent": "album_parent"}
 
@@ -125,15 +118,15 @@ async def _kick(tasks: App, pattern: str, albums: int) -> None:
 
 async def _outcome(run: Run, pattern: str, albums: int, started: float) -> Outcome:
     """Read the stamps the tasks left and turn them into an outcome."""
-    children = await _stamps(run, "children")
+    children = await run.record("children")
     gave_up: dict[str, float] = {}
     if pattern in CHILDREN_ONLY:
         per_album = collections.Counter(key.split(":")[0] for key in children)
         finished = sum(1 for n in per_album.values() if n == app.IMAGES)
         ends = list(children.values())
     else:
-        done = await _stamps(run, "albums")
-        gave_up = await _stamps(run, "gave_up")
+        done = await run.record("albums")
+        gave_up = await run.record("gave_up")
         finished = len(done)
         # With no album finished, the run lasted until the last parent gave up.
         ends = list(done.values()) or list(gave_up.values())

@@ -23,7 +23,7 @@ from typing import Any
 
 from benchmarks._cli import Benchmark, flag
 from benchmarks._overhead_run import Sample, command_costs, one_run, summarize_size
-from benchmarks._report import RESULTS_DIR, Steps, count
+from benchmarks._report import RESULTS_DIR, Steps, count, sizes
 from benchmarks._targets import overhead_checks
 from local_redis import RedisProvider, Tally
 
@@ -209,8 +209,7 @@ async def run(
 
 def describe(options: Options) -> str:
     """What ran: "overhead 5 pairs at N = 2,000 and 20,000"."""
-    sizes = " and ".join(f"{n:,}" for n in options.sizes)
-    return f"overhead {count(options.repeats, 'pair')} at N = {sizes}"
+    return f"overhead {count(options.repeats, 'pair')} at N = {sizes(options.sizes)}"
 
 
 BENCHMARK = Benchmark(
