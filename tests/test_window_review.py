@@ -18,11 +18,11 @@ SHORT = 0.3  # seconds: a deadline short enough to pass within a test
 
 
 async def immortal_keys(client: Redis, prefix: str) -> list[str]:
-    """The keys under ``prefix`` without a TTL."""
+    """The library's keys under ``prefix`` without a TTL (not the broker's stream)."""
     return [
         key.decode() if isinstance(key, bytes) else key
-        async for key in client.scan_iter(match=f"{prefix}*")
-        if await client.pttl(key) == -1
+        async for key in client.scan_iter(match=f"{prefix}:*")
+        if await client.pttl(key) == -1 and key != f"{prefix}:stream".encode()
     ]
 
 

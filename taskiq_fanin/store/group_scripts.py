@@ -234,7 +234,9 @@ class GroupScripts:
         finaliser for ``claimant`` (``GivenUp.claimed``).
         """
         args = [token, start, stop, lease_ms, claimant]
-        giving_up = [keys.meta, keys.done, keys.failed, keys.lost, keys.claim]
+        giving_up = [
+            *(keys.meta, keys.done, keys.failed, keys.lost, keys.claim, keys.window)
+        ]
         reply = await self._scripts["giveUp"](keys=giving_up, args=args)
         return replies.given_up(reply)
 

@@ -84,7 +84,7 @@ class GroupKeys:
         lease ran out, kicks it again (its first kick may have died with its
         worker); with ``r<released> -> member``, so that an entry goes once the
         member it released has an outcome (about 2 K fields). Removed when the
-        group is claimed (every member has an outcome) or cancelled.
+        group is claimed (every member has an outcome), given up or cancelled.
         """
         return self._key("window")
 
