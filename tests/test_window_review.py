@@ -6,23 +6,29 @@ key any scenario leaves has a TTL.
 """
 
 import asyncio
+from collections.abc import AsyncIterator
 
 from redis.asyncio import Redis
+from taskiq.exceptions import NoResultError
 
-from taskiq_fanin import GroupResult, Signature, group, sweep
+from taskiq_fanin import GroupResult, Signature, cancel, chain, group, group_task, sweep
+from taskiq_fanin.model.ids import step_id
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.store.keys import GroupKeys
 from tests.harness import drained, eventually, stream_broker, worker
+from tests.window_probe import InFlightProbe
 
 SHORT = 0.3  # seconds: a deadline short enough to pass within a test
 
 
 async def immortal_keys(client: Redis, prefix: str) -> list[str]:
-    """The library's keys under ``prefix`` without a TTL (not the broker's stream)."""
+    """The group and chain keys under ``prefix`` without a TTL: not the broker's
+    stream, nor the sweep's two indexes (it prunes them: guarantees.md row 10)."""
+    untimed = {f"{prefix}:{part}".encode() for part in ("stream", "index", "chains")}
     return [
-        key.decode() if isinstance(key, bytes) else key
+        key.decode()
         async for key in client.scan_iter(match=f"{prefix}:*")
-        if await client.pttl(key) == -1 and key != f"{prefix}:stream".encode()
+        if await client.pttl(key) == -1 and key not in untimed
     ]
 
 
@@ -75,3 +81,165 @@ async def test_a_windowed_group_given_up_keeps_no_window_once_it_ends(
 
 async def overdue(fanin: object, group_id: str) -> bool:
     return (await group_status(fanin, group_id)).overdue()  # type: ignore[arg-type]
+
+
+async def test_a_windowed_group_given_up_by_reference_pages_what_arrived_and_lost(
+    redis_url: str, redis_client: Redis, key_prefix: str
+) -> None:
+    """K=1 by reference: member 1 fails, member 2 hangs; the rest never ran."""
+    broker, fanin = stream_broker(redis_url, key_prefix, sweep_policy="give_up")
+    seen: list[tuple[list[object], list[int], list[int]]] = []
+    hang = asyncio.Event()
+
+    @broker.task
+    async def member(index: int) -> int:
+        if index == 1:
+            raise RuntimeError("member 1 fails")
+        if index == 2:
+            await hang.wait()
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        seen.append(
+            (
+                [item async for item in result.iter_results(page_size=1)],
+                [index async for index, _ in result.iter_failures(page_size=1)],
+                [index async for index in result.iter_lost(page_size=2)],
+            )
+        )
+
+    members = [Signature.of(member, i) for i in range(6)]
+    async with worker(broker, max_async_tasks=4) as receiver:
+        await group(
+            members,
+            then=then,
+            group_id="ref",
+            max_in_flight=1,
+            deadline=SHORT,
+            results_inline_max=2,
+        ).kiq(broker)
+        await eventually(
+            lambda: overdue(fanin, "ref"), what="the window to stall past its deadline"
+        )
+        status = await group_status(fanin, "ref")
+        await sweep(fanin)
+        await eventually(lambda: len(seen) == 1, what="the continuation")
+        hang.set()
+        await drained(broker, receiver)
+        after = await group_status(fanin, "ref")
+
+    assert (status.in_flight, status.waiting) == (1, 3)
+    assert seen == [([(0, 0)], [1], [2, 3, 4, 5])]
+    assert (after.state.value, after.lost, after.in_flight) == ("completed", 4, 0)
+    assert await immortal_keys(redis_client, key_prefix) == []
+
+
+async def test_a_windowed_group_cancelled_mid_window_kicks_nothing_more(
+    redis_url: str, redis_client: Redis, key_prefix: str
+) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    hang = asyncio.Event()
+    ran: list[int] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        ran.append(index)
+        await hang.wait()
+        return index
+
+    members = [Signature.of(member, i) for i in range(6)]
+    async with worker(broker, max_async_tasks=4) as receiver:
+        handle = await group(members, group_id="cut", max_in_flight=2).kiq(broker)
+        await eventually(lambda: len(ran) == 2, what="the first window")
+        assert await cancel(broker, "cut")
+        hang.set()
+        await eventually(
+            lambda: recorded(fanin, "cut", 2), what="the running two to be counted"
+        )
+        await drained(broker, receiver)
+        status = await handle.status()
+
+    assert sorted(ran) == [0, 1]
+    assert (status.state.value, status.done, status.in_flight) == ("cancelled", 2, 0)
+    assert await redis_client.exists(GroupKeys(key_prefix, "cut").window) == 0
+    assert await immortal_keys(redis_client, key_prefix) == []
+
+
+async def test_a_cancelled_chain_stops_its_windowed_group_step(
+    redis_url: str, redis_client: Redis, key_prefix: str
+) -> None:
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    hang = asyncio.Event()
+    ran: list[int] = []
+    ends: list[object] = []
+
+    @broker.task
+    async def first() -> int:
+        return 1
+
+    @broker.task
+    async def member(previous: int, index: int) -> int:
+        ran.append(index)
+        await hang.wait()
+        return index
+
+    @broker.task
+    async def last(result: GroupResult) -> None:
+        ends.append(result)
+
+    step = group([Signature.of(member, i) for i in range(5)], max_in_flight=1)
+    async with worker(broker, max_async_tasks=4) as receiver:
+        handle = await chain(
+            Signature.of(first), step, Signature.of(last), chain_id="cc"
+        ).kiq(broker)
+        await eventually(lambda: ran == [0], what="the step's first member")
+        assert await cancel(broker, handle.chain_id)
+        hang.set()
+        await drained(broker, receiver)
+        status = await group_status(fanin, step_id("cc", 1))
+
+    assert ran == [0]
+    assert ends == []
+    assert status.state.value == "cancelled"
+    assert await immortal_keys(redis_client, key_prefix) == []
+
+
+async def test_a_windowed_group_task_that_yields_its_members_keeps_its_window(
+    redis_url: str, redis_client: Redis, key_prefix: str
+) -> None:
+    broker, _ = stream_broker(redis_url, key_prefix)
+    probe = InFlightProbe(redis_client, key_prefix, "gt")
+    results: list[GroupResult] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        if index == 3:
+            raise NoResultError
+        return int(await probe.run(index, lambda: asyncio.sleep(0.005, index)))
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    @broker.task
+    @group_task(then=then, max_in_flight=2)
+    async def fan_out(size: int) -> AsyncIterator[Signature]:
+        for i in range(size):  # an async generator body: it yields its members
+            yield Signature.of(member, i)
+
+    async with worker(broker, max_async_tasks=10) as receiver:
+        await fan_out.kicker().with_task_id("gt").kiq(12)
+        await eventually(lambda: len(results) == 1, timeout=10, what="continuation")
+        await drained(broker, receiver)
+
+    assert await probe.most() <= 2
+    assert await probe.members_ran() == set(range(12)) - {3}
+    assert results[0].succeeded == list(range(12))
+    assert results[0].results[3] is None
+    assert await immortal_keys(redis_client, key_prefix) == []
+
+
+async def recorded(fanin: object, group_id: str, least: int) -> bool:
+    status = await group_status(fanin, group_id)  # type: ignore[arg-type]
+    return status.done + status.failed >= least
