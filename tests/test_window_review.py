@@ -245,3 +245,81 @@ async def test_a_windowed_group_task_that_yields_its_members_keeps_its_window(
 async def recorded(fanin: object, group_id: str, least: int) -> bool:
     status = await group_status(fanin, group_id)  # type: ignore[arg-type]
     return status.done + status.failed >= least
+
+
+async def test_a_chain_outlives_its_windowed_group_step_however_long_it_slides(
+    redis_url: str, redis_client: Redis, key_prefix: str
+) -> None:
+    """The step's window keeps its group alive past the ttl: the chain too."""
+    broker, fanin = stream_broker(
+        redis_url, key_prefix, ttl=1.5, deadline=0.5, finaliser_lease=0.5
+    )
+    ends: list[object] = []
+
+    @broker.task
+    async def first() -> int:
+        return 1
+
+    @broker.task
+    async def member(previous: int, index: int) -> int:
+        await asyncio.sleep(0.25)
+        return index
+
+    @broker.task
+    async def last(result: GroupResult) -> None:
+        ends.append(result.results)
+
+    step = group([Signature.of(member, i) for i in range(10)], max_in_flight=1)
+    async with worker(broker, max_async_tasks=4) as receiver:
+        handle = await chain(
+            Signature.of(first), step, Signature.of(last), chain_id="long"
+        ).kiq(broker)
+        await eventually(lambda: len(ends) == 1, timeout=15, what="the last step")
+        await drained(broker, receiver)
+        status = await handle.status()
+
+    assert ends == [list(range(10))]
+    assert status.state.value == "done"
+
+
+async def test_a_chain_waiting_on_its_moving_windowed_group_step_is_never_stuck(
+    redis_url: str, redis_client: Redis, key_prefix: str
+) -> None:
+    """The step's group runs for several deadlines, its window moving all along:
+    the sweep (giving up what is stuck) finds neither it nor its chain stuck."""
+    broker, fanin = stream_broker(
+        redis_url, key_prefix, deadline=0.4, sweep_policy="give_up"
+    )
+    ends: list[object] = []
+    findings: list[str] = []
+
+    @broker.task
+    async def first() -> int:
+        return 1
+
+    @broker.task
+    async def member(previous: int, index: int) -> int:
+        await asyncio.sleep(0.1)
+        return index
+
+    @broker.task
+    async def last(result: GroupResult) -> None:
+        ends.append(result.results)
+
+    async def ended_while_sweeping() -> bool:
+        report = await sweep(fanin)
+        findings.extend(f"{f.group_id} {f.kind.value}" for f in report.findings)
+        return bool(ends or findings)  # a finding fails the test at once
+
+    step = group([Signature.of(member, i) for i in range(12)], max_in_flight=1)
+    async with worker(broker, max_async_tasks=4) as receiver:
+        handle = await chain(
+            Signature.of(first), step, Signature.of(last), chain_id="slow"
+        ).kiq(broker)
+        await eventually(ended_while_sweeping, timeout=15, what="the last step")
+        await drained(broker, receiver)
+        status = await handle.status()
+
+    assert findings == []
+    assert ends == [list(range(12))]
+    assert status.state.value == "done"
