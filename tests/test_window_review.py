@@ -9,13 +9,21 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from redis.asyncio import Redis
+from taskiq import SimpleRetryMiddleware
 from taskiq.exceptions import NoResultError
 
 from taskiq_fanin import GroupResult, Signature, cancel, chain, group, group_task, sweep
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.model.ids import step_id
 from taskiq_fanin.store.keys import GroupKeys
-from tests.harness import drained, eventually, stream_broker, worker
+from tests.harness import (
+    DuplicatingMiddleware,
+    SentMessages,
+    drained,
+    eventually,
+    stream_broker,
+    worker,
+)
 from tests.window_probe import InFlightProbe
 
 SHORT = 0.3  # seconds: a deadline short enough to pass within a test
@@ -329,3 +337,51 @@ async def test_a_chain_waiting_on_its_moving_windowed_group_step_is_never_stuck(
     assert findings == []
     assert ends == [list(range(12))]
     assert status.state.value == "done"
+
+
+async def test_a_window_of_one_holds_under_copies_retries_failures_and_no_result(
+    redis_url: str, redis_client: Redis, key_prefix: str
+) -> None:
+    """Every member sent twice; some fail once (retried), some for good, some
+    raise NoResultError: one member at a time, one continuation."""
+    probe = InFlightProbe(redis_client, key_prefix, "one")
+    twice = DuplicatingMiddleware(lambda m: m.task_name.endswith(":member"))
+    sent = SentMessages()
+    broker, _ = stream_broker(
+        redis_url, key_prefix, twice, SimpleRetryMiddleware(default_retry_count=3), sent
+    )
+    results: list[GroupResult] = []
+    attempts: dict[int, int] = {}
+
+    @broker.task(retry_on_error=True)
+    async def member(index: int) -> int:
+        async def body() -> int:
+            attempts[index] = attempts.get(index, 0) + 1
+            await asyncio.sleep(0.005)
+            if index == 4:
+                raise RuntimeError("member 4 fails for good")
+            if index == 2 and attempts[index] == 1:
+                raise RuntimeError("member 2 fails once")
+            if index == 6:
+                raise NoResultError
+            return index
+
+        return int(await probe.run(index, body))
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result)
+
+    members = [Signature.of(member, i) for i in range(8)]
+    async with worker(broker, max_async_tasks=10) as receiver:
+        await group(members, then=then, group_id="one", max_in_flight=1).kiq(broker)
+        await eventually(lambda: len(results) == 1, timeout=30, what="continuation")
+        await drained(broker, receiver)
+
+    assert await probe.most() == 1
+    assert len(twice.duplicated) >= 8
+    assert sent.executions_of(then.task_name) == 1
+    (result,) = results
+    assert result.succeeded == [0, 1, 2, 3, 5, 6, 7]
+    assert set(result.failed) == {4}
+    assert await immortal_keys(redis_client, key_prefix) == []
