@@ -8,14 +8,26 @@ key any scenario leaves has a TTL.
 import asyncio
 from collections.abc import AsyncIterator
 
+import pytest
 from redis.asyncio import Redis
 from taskiq import SimpleRetryMiddleware
 from taskiq.exceptions import NoResultError
 
-from taskiq_fanin import GroupResult, Signature, cancel, chain, group, group_task, sweep
-from taskiq_fanin.inspection import group_status
+from taskiq_fanin import (
+    FanInMiddleware,
+    GroupResult,
+    Signature,
+    cancel,
+    chain,
+    group,
+    group_task,
+    sweep,
+)
+from taskiq_fanin.inspection import group_status, list_groups
 from taskiq_fanin.model.ids import step_id
+from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.sweep import giving_up
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,
@@ -24,6 +36,7 @@ from tests.harness import (
     stream_broker,
     worker,
 )
+from tests.test_give_up_windows import MEMBER, MembersGoNowhere
 from tests.window_probe import InFlightProbe
 
 SHORT = 0.3  # seconds: a deadline short enough to pass within a test
@@ -385,3 +398,40 @@ async def test_a_window_of_one_holds_under_copies_retries_failures_and_no_result
     assert result.succeeded == [0, 1, 2, 3, 5, 6, 7]
     assert set(result.failed) == {4}
     assert await immortal_keys(redis_client, key_prefix) == []
+
+
+async def test_a_group_being_given_up_over_visits_is_listed_stuck(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two visits of its give-up pass it is ``giving_up``, past its
+    deadline: ``list_groups(stuck=True)`` (``taskiq-fanin list --stuck``) and
+    ``overdue()`` say so, as they did while it was open."""
+    monkeypatch.setattr(giving_up, "GIVE_UP_WINDOW", 2)
+    monkeypatch.setattr(giving_up, "GIVE_UP_WINDOWS", 1)
+    fanin = FanInMiddleware(redis_url, prefix=key_prefix)
+    broker = MembersGoNowhere().with_middlewares(fanin)
+
+    @broker.task(task_name=MEMBER)
+    async def member(index: int) -> int:
+        return index
+
+    await broker.startup()
+    try:
+        handle = await group(
+            [Signature.of(member, i) for i in range(6)],
+            group_id="slowly",
+            deadline=0.05,
+            sweep_policy="give_up",
+        ).kiq(broker)
+        await eventually(lambda: overdue(fanin, "slowly"), what="the group's deadline")
+        before = [s.group_id for s in await list_groups(fanin, stuck=True)]
+        await sweep(fanin)  # the first of three visits
+        status = await handle.status()
+        stuck = [s.group_id for s in await list_groups(fanin, stuck=True)]
+    finally:
+        await broker.shutdown()
+
+    assert before == ["slowly"]
+    assert (status.state, status.lost) == (GroupState.GIVING_UP, 2)
+    assert status.overdue()
+    assert stuck == ["slowly"]
