@@ -43,7 +43,10 @@ class GroupScripts:
         #: Members of one group finishing together share one script call; the
         #: worker tells it which members run here.
         self.outcomes = OutcomeBatcher(
-            pipeline, self._scripts.registered("recordOutcome"), tuning=batching
+            pipeline,
+            self._scripts.registered("recordOutcome"),
+            tuning=batching,
+            urgent=(Recorded.CLAIMED,),
         )
 
     async def send(self, command: Command) -> Any:
