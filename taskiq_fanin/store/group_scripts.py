@@ -243,9 +243,10 @@ class GroupScripts:
         Asked again by the same delivery, it renews its lease.
         """
         args = [token, attempt, delivery, lease_ms]
-        return Begin(
-            await self._scripts["beginContinuation"](keys=[keys.meta], args=args)
-        )
+        # The continuation's body waits on it: sent at once, not behind the
+        # loop's ready tasks (one a group).
+        begin = self._scripts["beginContinuation"]
+        return Begin(await begin(keys=[keys.meta], args=args, now=True))
 
     async def reclaim_finaliser(
         self, keys: GroupKeys, *, token: str, lease_ms: int, claimant: str
