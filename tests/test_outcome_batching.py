@@ -283,18 +283,24 @@ async def test_a_call_holding_every_member_without_an_outcome_goes_at_once(
 async def test_the_member_that_claims_hears_first(
     batcher: OutcomeBatcher, keys: GroupKeys
 ) -> None:
-    # It has a continuation to kick: the others' resumptions go after it.
+    # It has a continuation to kick: the others' resumptions go after it, one
+    # a loop turn, so that the loop serves the kick's I/O between them.
     heard: list[tuple[int, Recorded]] = []
+    heard_by_its_second_turn: list[int] = []
 
     async def recording(index: int) -> None:
-        heard.append((index, await record(batcher, keys, index)))
+        heard.append((index, code := await record(batcher, keys, index)))
+        if code is Recorded.CLAIMED:
+            await turns(2)
+            heard_by_its_second_turn.append(len(heard))
 
     started(batcher, keys, *range(1, 20))
     await asyncio.wait_for(
         asyncio.gather(*(recording(i) for i in range(1, 20))), DEADLINE
     )
     assert heard[0] == (19, Recorded.CLAIMED)
-    assert sorted(index for index, _ in heard[1:]) == list(range(1, 19))
+    assert [index for index, _ in heard[1:]] == list(range(1, 19))
+    assert heard_by_its_second_turn[0] <= 4  # not all 19
 
 
 class HeldReplies(PipelineBatcher):

@@ -25,6 +25,7 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from taskiq_fanin.store.hand_over import hand_over
 from taskiq_fanin.store.pipeline import PipelineBatcher, fail_all
 
 #: One group's calls: its keys, then its token (members of one token share calls).
@@ -235,7 +236,7 @@ class OutcomeBatcher:
                         )
             codes, shared, outstanding = await self._call_script(key, call)
             self._remember(key, int(outstanding))
-            self._hand_over(call, codes, shared)
+            hand_over(call.members, codes, shared, urgent=self._urgent)
         except BaseException as exc:
             fail_all(call.members, exc)
             if not isinstance(exc, Exception):
@@ -259,15 +260,6 @@ class OutcomeBatcher:
         except NoScriptError:
             args = self._arguments(call)[len(call.keys) + 1 :]
             return await self._script(keys=call.keys, args=args)
-
-    def _hand_over(self, call: _GroupCall, codes: Sequence[Any], shared: Any) -> None:
-        """Each caller's code; the urgent first (the loop wakes them in order)."""
-        handed = list(zip(call.members, codes, strict=True))
-        if self._urgent:
-            handed.sort(key=lambda pair: pair[1] not in self._urgent)  # stable
-        for (_, reply), code in handed:
-            if not reply.done():
-                reply.set_result((code, shared))
 
     def _worth_waiting(self, key: GroupCallKey) -> bool:
         last = self._last_call.get(key)
