@@ -8,8 +8,11 @@ for; :func:`poll_until` is the same for synchronous code.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
+
+logger = logging.getLogger(__name__)
 
 #: Default poll interval; short next to any timed run.
 POLL_SECONDS = 0.01
@@ -46,6 +49,9 @@ async def wait_until(
             try:
                 held = await asyncio.wait_for(held, min(CALL_SECONDS, left))
             except asyncio.TimeoutError:
+                # Said, so that a run that needed it shows which call hung.
+                name = getattr(condition, "__qualname__", repr(condition))
+                logger.warning("wait_until: a poll of %s hung; cancelled", name)
                 held = False
         if held:
             return True

@@ -113,6 +113,7 @@ class GroupLife(Scripted):
         self.holder: str | None = None  # who may finalise now
         self.dispatched = self.completed = 0
         self.given_up = False
+        self.give_up_at = 0  # where the sweep's give-up pass goes on
         self.state = "open"
         self.run_lease: tuple[str, int] | None = None  # (delivery, attempt)
         if total == 0:  # nothing to wait for: complete at once, the planner's
@@ -138,6 +139,7 @@ class GroupLife(Scripted):
         used.append(delivery)
         outcome = Outcome.FAILED if failed else Outcome.DONE
         was_open = self.state == "open"
+        giving_up = self.state == "giving_up"
         code, collected = self.run(
             self.scripts.record_outcome(
                 self.keys, token="tok", index=index, outcome=outcome, payload="",
@@ -145,6 +147,8 @@ class GroupLife(Scripted):
             )
         )  # fmt: skip
         count("deliveries")
+        if giving_up:  # being given up: nothing is recorded any more
+            assert code is Recorded.FINALISED
         if code in (Recorded.RECORDED, Recorded.CLAIMED) and was_open:
             self.terminal.setdefault(index, outcome.value)
         if code is Recorded.COUNTED_CANCELLED:
@@ -201,17 +205,33 @@ class GroupLife(Scripted):
             self.holder = "sweep"
             count("finalisers reclaimed")
 
-    @rule()
-    def sweep_gives_up(self) -> None:
-        lost = self.run(
-            self.scripts.give_up(self.keys, token="tok", lease_ms=60_000, claimant="s")
-        )
-        if lost is not None:
-            assert self.state == "open"
-            assert lost == self.total - len(self.terminal)
+    @rule(window=st.integers(1, 3), stale=st.booleans())
+    def sweep_gives_up(self, window: int, stale: bool) -> None:
+        """The sweep gives up a window of the ledger; ``stale``: a second sweep
+        asks for a window where the pass is not."""
+        start = self.give_up_at + stale
+        given = self.run(
+            self.scripts.give_up(
+                self.keys, token="tok", lease_ms=60_000, claimant="s",
+                start=start, stop=start + window,
+            )
+        )  # fmt: skip
+        if stale or not given.applied:
+            assert not given.applied
+            return
+        assert self.state in ("open", "giving_up")
+        gone_over = set(range(min(start + window, self.total)))
+        lost = {int(m) for m in self.run(self.client.smembers(self.keys.lost))}
+        assert lost == gone_over - set(self.terminal)
+        assert given.lost == len(lost)
+        count("give-up windows")
+        if given.claimed:
+            assert given.lost == self.total - len(self.terminal)
             self.given_up, self.holder = True, "s"
             self.claimed_by.add("sweep")
             count("groups given up")
+        else:
+            self.give_up_at = given.next
 
     @rule()
     def sweep_redrives(self) -> None:
@@ -279,14 +299,19 @@ class GroupLife(Scripted):
         assert self.dispatched <= 1
         assert self.completed <= 1
         if state == "completed":
-            return  # shrunk to its meta: the sets are gone with the rest
+            # Shrunk to its meta: the sets are gone with the rest.
+            assert self.run(self.client.exists(self.keys.lost)) == 0
+            return
         done = {int(m) for m in self.run(self.client.smembers(self.keys.done))}
         failed = {int(m) for m in self.run(self.client.smembers(self.keys.failed))}
         assert not done & failed
         assert int(meta["done_count"]) == len(done)
         assert int(meta["failed_count"]) == len(failed)
         assert done | failed == set(self.terminal)
-        if state in ("open", "cancelled"):
+        lost = {int(m) for m in self.run(self.client.smembers(self.keys.lost))}
+        assert not lost & (done | failed)
+        assert int(meta.get("lost_count", 0)) == len(lost)
+        if state in ("open", "cancelled", "giving_up"):
             assert len(done) + len(failed) <= self.total
             assert state == "cancelled" or len(done) + len(failed) < self.total
         elif not self.given_up:

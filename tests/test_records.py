@@ -146,7 +146,6 @@ SAMPLES = {
     "state": "running",
     "failure_policy": "fail",
     "sweep_policy": "redrive",
-    "lost_members": "1,2",
     "step_names": '["a", "b"]',
     "planned": "1",
     "cancellable": "1",

@@ -205,16 +205,16 @@ async def test_the_claim_of_a_by_reference_group_reads_no_outcome(
     assert outstanding == 0
     _, by_reference, done, failed, lost, lost_list, *per_member = collected
     assert (by_reference, done, failed, lost) == (1, 43, 7, 0)
-    assert lost_list == b""
+    assert lost_list == []
     assert per_member == [[], [], [], []]
     for key in (keys.meta, keys.done, keys.failed, keys.results, keys.errors):
         assert await redis_client.pttl(key) > ttl_ms - 10_000, key
     # The sweep's read (collectOutcomes) holds no per-member data either.
     reply = await scripts["collectOutcomes"](
-        keys=[keys.meta, keys.done, keys.failed, keys.results, keys.errors],
+        keys=[keys.meta, keys.done, keys.failed, keys.results, keys.errors, keys.lost],
         args=["tok"],
     )
-    assert reply[1:] == [1, 43, 7, 0, b"", [], [], [], []]
+    assert reply[1:] == [1, 43, 7, 0, [], [], [], [], []]
 
 
 async def test_results_live_past_the_groups_ttl_until_the_continuation_reads_them(

@@ -14,8 +14,8 @@ from taskiq_fanin.store.records import GroupMeta, read_indexed
 
 #: The most groups one listing reads.
 DEFAULT_LIST_LIMIT = 1000
-#: The meta fields a status reads: all but the lost members' indexes.
-STATUS_FIELDS = [f for f in GroupMeta.STORED.values() if f != "lost"]
+#: The meta fields a status reads: every one, none of which grows with the group.
+STATUS_FIELDS = list(GroupMeta.STORED.values())
 #: What a listing leaves out: groups over, or gone.
 FINISHED = frozenset({GroupState.COMPLETED, GroupState.CANCELLED, GroupState.MISSING})
 
@@ -53,8 +53,7 @@ async def status(ctx: FanInContext, group_id: str) -> GroupStatus:
     With Redis's clock at the read, which its age and ``overdue()`` go by.
     """
     validate_group_id(group_id, derived=True)
-    # Every field but the list of lost members (as long as the group is wide):
-    # a status costs the same at any size.
+    # Named fields, each of a fixed size: a status costs the same at any size.
     values = await ctx.redis.hmget(
         GroupKeys(ctx.config.prefix, group_id).meta, STATUS_FIELDS
     )

@@ -31,7 +31,11 @@ class GroupState(str, enum.Enum):
 
     #: Members planned (and being dispatched or running).
     OPEN = "open"
-    #: Every member has an outcome; one finaliser holds the lease to dispatch.
+    #: The sweep is giving it up: no outcome is recorded any more, and the
+    #: members without one are noted lost, a window of the ledger at a time.
+    GIVING_UP = "giving_up"
+    #: Every member has an outcome (or was given up); one finaliser holds the
+    #: lease to dispatch.
     CLAIMED = "claimed"
     #: The continuation (or error continuation, or none) has been enqueued.
     DISPATCHED = "dispatched"

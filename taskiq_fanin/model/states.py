@@ -7,9 +7,13 @@ in), and a script asked for any other move fails instead of writing it.
 """
 
 #: A group: planned open, claimed by the member that completes it (or by the
-#: sweep giving up), then handed to its continuation; or cancelled while open.
+#: sweep, once giving it up has gone over its whole ledger), then handed to its
+#: continuation; or cancelled while open.
 GROUP_MOVES: dict[str, frozenset[str]] = {
-    "open": frozenset({"claimed", "cancelled"}),
+    "open": frozenset({"claimed", "cancelled", "giving_up"}),
+    # No outcome is recorded any more: the sweep goes over the ledger a window
+    # at a time, noting the members without one as lost, then claims.
+    "giving_up": frozenset({"claimed"}),
     # The continuation may start, or even complete, before its dispatch is
     # recorded; a group whose policy picks no continuation completes at once.
     "claimed": frozenset({"dispatched", "running", "completed"}),

@@ -20,6 +20,7 @@ from taskiq_fanin.store.replies import (
     Begin,
     CollectedOutcomes,
     Creation,
+    GivenUp,
     Inspected,
     Outcome,
     Recorded,
@@ -158,7 +159,9 @@ class GroupScripts:
         self, keys: GroupKeys, *, token: str
     ) -> CollectedOutcomes | None:
         """Read what the finaliser needs; ``None`` if the group is gone."""
-        collecting = [keys.meta, keys.done, keys.failed, keys.results, keys.errors]
+        collecting = [
+            keys.meta, keys.done, keys.failed, keys.results, keys.errors, keys.lost
+        ]  # fmt: skip
         reply = await self._scripts["collectOutcomes"](keys=collecting, args=[token])
         return replies.collected(reply) if reply else None
 
@@ -178,7 +181,7 @@ class GroupScripts:
     ) -> bool:
         """Note which continuation was enqueued and release the lease if ours."""
         args = [token, dispatched, tombstone_ms, claimant]
-        reply = await self._scripts["markDispatched"](keys=keys.all, args=args)
+        reply = await self._scripts["markDispatched"](keys=keys.ending, args=args)
         return Applied(reply) is Applied.APPLIED
 
     async def mark_completed(
@@ -186,7 +189,7 @@ class GroupScripts:
     ) -> bool:
         """Shrink a group whose continuation ran to a tombstone."""
         args = [token, tombstone_ms]
-        reply = await self._scripts["markCompleted"](keys=keys.all, args=args)
+        reply = await self._scripts["markCompleted"](keys=keys.ending, args=args)
         return Applied(reply) is Applied.APPLIED
 
     async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
@@ -216,13 +219,25 @@ class GroupScripts:
         )
 
     async def give_up(
-        self, keys: GroupKeys, *, token: str, lease_ms: int, claimant: str
-    ) -> int | None:
-        """Mark the missing members lost and claim; ``None`` if not open."""
-        args = [token, lease_ms, claimant]
-        giving_up = [keys.meta, keys.plan, keys.done, keys.failed, keys.claim]
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        lease_ms: int,
+        claimant: str,
+        start: int = 0,
+        stop: int = 2**53,
+    ) -> GivenUp:
+        """Note the members of ledger window [start, stop) with no outcome lost.
+
+        The first window (``start`` 0) stops the group recording outcomes
+        (``giving_up``); the one that reaches the ledger's end claims the
+        finaliser for ``claimant`` (``GivenUp.claimed``).
+        """
+        args = [token, start, stop, lease_ms, claimant]
+        giving_up = [keys.meta, keys.done, keys.failed, keys.lost, keys.claim]
         reply = await self._scripts["giveUp"](keys=giving_up, args=args)
-        return int(reply[1]) if Applied(reply[0]) is Applied.APPLIED else None
+        return replies.given_up(reply)
 
     async def release_lock(self, lock_key: str, holder: str) -> bool:
         """Delete ``lock_key`` if ``holder`` still holds it."""

@@ -76,6 +76,15 @@ class GroupKeys:
         return self._key("errors")
 
     @property
+    def lost(self) -> str:
+        """Set: indexes of members the sweep gave up on (only once it has).
+
+        Filled a window of the ledger at a time while the group is
+        ``giving_up``; it lives and goes as the done and failed sets do.
+        """
+        return self._key("lost")
+
+    @property
     def claim(self) -> str:
         """String: the finaliser's lease (who holds it, with an expiry).
 
@@ -86,7 +95,11 @@ class GroupKeys:
 
     @cached_property
     def all(self) -> tuple[str, ...]:
-        """Every key of the group, in the order the scripts expect them."""
+        """Every key an open group may have, in the order the scripts expect them.
+
+        The lost set comes later, when the sweep gives the group up: only the
+        scripts that end a group that may have one take it (``ending``).
+        """
         return (
             self.meta,
             self.plan,
@@ -96,6 +109,11 @@ class GroupKeys:
             self.errors,
             self.claim,
         )
+
+    @cached_property
+    def ending(self) -> tuple[str, ...]:
+        """Every key, the lost set last: what dispatching or completing shrinks."""
+        return (*self.all, self.lost)
 
     @cached_property
     def recording(self) -> tuple[str, ...]:

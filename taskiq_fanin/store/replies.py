@@ -190,6 +190,31 @@ class Redriven:
 
 
 @dataclass(frozen=True)
+class GivenUp:
+    """What one window of ``giveUp`` did."""
+
+    #: The window was gone over (the first one moved the group to giving_up).
+    applied: bool
+    #: Members noted lost so far.
+    lost: int
+    #: Where the pass goes on; -1 once claimed (or when there is nothing to do).
+    next: int
+
+    @property
+    def claimed(self) -> bool:
+        """This window was the last: the sweep holds the lease, and finalises."""
+        return self.applied and self.next < 0
+
+
+def given_up(reply: list[Any]) -> GivenUp:
+    """``giveUp``'s reply."""
+    code, lost, next_index = reply
+    return GivenUp(
+        applied=Applied(code) is Applied.APPLIED, lost=int(lost), next=int(next_index)
+    )
+
+
+@dataclass(frozen=True)
 class CollectedOutcomes:
     """What ``collectOutcomes`` read: the raw material of a ``GroupResult``.
 
@@ -231,7 +256,7 @@ def collected(reply: list[Any]) -> CollectedOutcomes:
         done_count=int(done_count),
         failed_count=int(failed_count),
         lost_count=int(lost_count),
-        lost=[int(index) for index in text(lost).split(",") if index],
+        lost=sorted(int(member) for member in lost),
         done=sorted(int(member) for member in done),
         failed=sorted(int(member) for member in failed),
         results=_json_by_index(results),

@@ -1,8 +1,8 @@
 """Reading a by-reference group's results in pages, each a bounded command.
 
 Members are indexed ``0 .. total - 1``, so a page of indexes ``i .. i + k`` is
-read with ``SMISMEMBER`` of the done (or failed) set and ``HMGET`` of the
-results (or errors) hash: a few commands of ``k`` fields each, in one round
+read with ``SMISMEMBER`` of the done (or failed, or lost) set and ``HMGET`` of
+the results (or errors) hash: a few commands of ``k`` fields each, in one round
 trip, in member order. Each page checks the group's token in its meta, so keys
 that expired (or a group of the same id planned since) raise
 ``GroupResultsExpiredError``, never an empty page.
@@ -22,7 +22,6 @@ from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.records.fields import text
 
 _TOKEN = GroupMeta.stored_as("token")
-_LOST = GroupMeta.stored_as("lost_members")
 
 
 def _decoded(kind: PageKind, index: int, raw: object) -> tuple[int, Any]:
@@ -50,17 +49,15 @@ class ResultPageReader:
         indexes = list(range(start, stop))
         send = self._pipeline
         if kind == "lost":
-            found, done, failed = await asyncio.gather(
+            found, lost = await asyncio.gather(
                 send(lambda pipe: pipe.hget(keys.meta, _TOKEN)),
-                send(lambda pipe: pipe.smismember(keys.done, indexes)),
-                send(lambda pipe: pipe.smismember(keys.failed, indexes)),
+                send(lambda pipe: pipe.smismember(keys.lost, indexes)),
             )
             self._check(group_id, token, found)
             return [
-                (index, None)
-                for index, d, f in zip(indexes, done, failed, strict=True)
-                if not d and not f
-            ]
+                (index, None) for index, is_lost in zip(indexes, lost, strict=True)
+                if is_lost
+            ]  # fmt: skip
         members, payloads = self._of(keys, kind)
         found, present, raw = await asyncio.gather(
             send(lambda pipe: pipe.hget(keys.meta, _TOKEN)),
@@ -83,11 +80,10 @@ class ResultPageReader:
         if kind == "lost":
             found, lost = await asyncio.gather(
                 send(lambda pipe: pipe.hget(keys.meta, _TOKEN)),
-                send(lambda pipe: pipe.hget(keys.meta, _LOST)),
+                send(lambda pipe: pipe.smembers(keys.lost)),
             )
             self._check(group_id, token, found)
-            indexes = sorted(int(i) for i in text(lost).split(",") if i)
-            return [(index, None) for index in indexes]
+            return [(index, None) for index in sorted(int(i) for i in lost)]
         members, payloads = self._of(keys, kind)
         found, indexes = await asyncio.gather(
             send(lambda pipe: pipe.hget(keys.meta, _TOKEN)),

@@ -20,7 +20,7 @@ from taskiq_fanin.model.spec import member_from_ledger
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.replies import Inspected
-from taskiq_fanin.sweep import known
+from taskiq_fanin.sweep import giving_up, known
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
 
 logger = logging.getLogger("taskiq_fanin.sweep")
@@ -60,8 +60,10 @@ async def judge(
     leased = (state is GroupState.CLAIMED and inspected.lease_held) or (
         state is GroupState.RUNNING and meta.run_until > now
     )
-    # A re-drive pass under way goes on at once, whatever the new deadline says.
-    passing = state is GroupState.OPEN and meta.redrive_next > 0
+    # A pass under way (re-drive, give-up) goes on at once, whatever the deadline.
+    passing = state is GroupState.GIVING_UP or (
+        state is GroupState.OPEN and meta.redrive_next > 0
+    )
     if (due_at > now or leased) and not passing:
         # Not stuck after all (the index is only a hint): look again later.
         if not dry_run:
@@ -76,14 +78,14 @@ async def judge(
         )
     elif state in (GroupState.DISPATCHED, GroupState.RUNNING):
         finding.kind = FindingKind.CONTINUATION_OVERDUE
-        redrive = (override or _policy(meta)) is SweepPolicy.REDRIVE
+        redrive = _policy(meta, override) is SweepPolicy.REDRIVE
         finding.action = SweepAction.REDISPATCH if redrive else SweepAction.REPORT
     else:
         finding.kind = FindingKind.STUCK if meta.planned else FindingKind.UNPLANNED
-        finding.action = SweepAction((override or _policy(meta)).value)
+        finding.action = SweepAction(_policy(meta, override).value)
     window = Window(0, 0, {})
     unknown: set[int] = set()
-    if state is GroupState.OPEN:
+    if state in (GroupState.OPEN, GroupState.GIVING_UP):
         # Only a re-drive goes on where its pass is; a sample starts at 0.
         start = meta.redrive_next if finding.action is SweepAction.REDRIVE else 0
         stop = min(start + REDRIVE_WINDOW, meta.total)
@@ -133,9 +135,14 @@ def _unknown_members(
     return set(unknown)
 
 
-def _policy(meta: GroupMeta) -> SweepPolicy:
-    """The group's sweep policy (``report`` should its meta not say)."""
-    return meta.sweep_policy or SweepPolicy.REPORT
+def _policy(meta: GroupMeta, override: SweepPolicy | None) -> SweepPolicy:
+    """The caller's, else the group's (``report`` should its meta not say).
+
+    A give-up under way goes on whatever is asked: there is no way back.
+    """
+    if meta.state is GroupState.GIVING_UP:
+        return SweepPolicy.GIVE_UP
+    return override or meta.sweep_policy or SweepPolicy.REPORT
 
 
 def _due_at(meta: GroupMeta, state: GroupState) -> int:
@@ -188,14 +195,12 @@ async def _act(
         if kick or not whole:
             look_again = await _redrive(ctx, finding, meta, window, kick)
     elif action is SweepAction.GIVE_UP:
-        lost = await ctx.scripts.give_up(
-            keys, token=token, lease_ms=ms(ctx.config.lease), claimant=SWEEP_CLAIMANT
+        visit = await giving_up.give_up(
+            ctx, finding.group_id, meta, claimant=SWEEP_CLAIMANT
         )
-        if lost is not None:
-            await finalise(ctx, finding.group_id, token, claimant=SWEEP_CLAIMANT)
-            finding.applied = True
+        finding.applied, finding.note = visit.applied, visit.note(meta.total)
+        if visit.finalised:
             return
-        finding.note = "no longer open"
     elif action is SweepAction.REDISPATCH:
         if finding.kind is FindingKind.FINALISER_LOST and not (
             await ctx.scripts.reclaim_finaliser(

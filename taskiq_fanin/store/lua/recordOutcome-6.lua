@@ -32,7 +32,7 @@
   delivery before (call the finaliser); Recorded.DUPLICATE; Recorded.CONFLICT
   (the other outcome is already recorded); Recorded.NO_GROUP;
   Recorded.NOT_MEMBER; Recorded.TOKEN_MISMATCH; Recorded.FINALISED (the group
-  is finalised already); Recorded.COUNTED_CANCELLED (counted in a cancelled
+  is finalised already, or being given up); Recorded.COUNTED_CANCELLED (counted in a cancelled
   group: nothing more to do). With a Recorded.CLAIMED, collected holds the
   fields collectOutcomes returns (the claimant finalises without reading them
   again): for a group over its inline_max, counts only (and the result keys'
@@ -123,16 +123,16 @@ local collected = {}
 local handed = false
 for i = 1, members do handed = handed or codes[i] == Recorded.CLAIMED end
 if handed then
+  -- Claimed by an outcome, never given up: no member is lost.
   local more = redis.call('HMGET', KEYS[1], 'then', 'on_error', 'policy', 'span',
-    'lost', 'lost_count', 'inline_max', 'ttl')
+    'inline_max', 'ttl')
   local head = {meta[3], more[1], more[2], more[3], 'claimed', more[4]}
-  local lost_count = tonumber(more[6]) or 0
-  if by_reference(total, more[7]) then
-    keep_for_reading(KEYS[1], {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, meta[4], more[8])
-    collected = {head, 1, counts.done, counts.failed, lost_count, '', {}, {}, {}, {}}
+  if by_reference(total, more[5]) then
+    keep_for_reading(KEYS[1], {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, meta[4], more[6])
+    collected = {head, 1, counts.done, counts.failed, 0, {}, {}, {}, {}, {}}
   else
     collected = {
-      head, 0, counts.done, counts.failed, lost_count, more[5] or '',
+      head, 0, counts.done, counts.failed, 0, {},
       redis.call('SMEMBERS', KEYS[2]),
       redis.call('SMEMBERS', KEYS[3]),
       redis.call('HGETALL', KEYS[4]),

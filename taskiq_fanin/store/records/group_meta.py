@@ -31,7 +31,7 @@ class GroupMeta:
         "done": "done_count",
         "failed": "failed_count",
         "lost": "lost_count",
-        "lost_members": "lost",
+        "lost_next": "lost_next",
         "planned": "planned",
         "sealed": "sealed",
         "planner_at": "planner_at",
@@ -68,9 +68,11 @@ class GroupMeta:
     total: int = 0
     done: int = 0
     failed: int = 0
-    #: How many members the sweep gave up on, and which.
+    #: How many members the sweep gave up on (their indexes are in the group's
+    #: lost set: the meta stays small, whatever the group's width).
     lost: int = 0
-    lost_members: tuple[int, ...] = ()
+    #: Where the sweep's give-up pass goes on (``giving_up`` only).
+    lost_next: int = 0
     #: Every member was dispatched.
     planned: bool = False
     #: The ledger takes no more chunks (every member written; none is kicked before).
@@ -122,7 +124,6 @@ class GroupMeta:
         """Read a meta hash (``HGETALL``, or some fields of it); {}: missing."""
         f = as_text(raw)
         policy, sweep = f.get("policy"), f.get("sweep")
-        lost = f.get("lost")
         return cls(
             token=f.get("token", ""),
             state=GroupState(f.get("state") or GroupState.MISSING.value),
@@ -130,7 +131,7 @@ class GroupMeta:
             done=as_int(f, "done_count"),
             failed=as_int(f, "failed_count"),
             lost=as_int(f, "lost_count"),
-            lost_members=tuple(int(i) for i in lost.split(",") if i) if lost else (),
+            lost_next=as_int(f, "lost_next"),
             planned=f.get("planned") == "1",
             sealed=f.get("sealed", "1") == "1",
             planner_at=as_time(f, "planner_at"),
