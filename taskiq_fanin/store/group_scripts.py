@@ -282,15 +282,16 @@ class GroupScripts:
         return Applied(reply) is Applied.APPLIED
 
     async def schedule(
-        self, index: str, item: str, *, after_ms: int, mode: str
+        self, index: str, item: str, *, after_ms: int, mode: str, now: bool = False
     ) -> bool:
         """Put ``item`` in a sweep ``index``, due ``after_ms`` from Redis's now.
 
         ``mode``: ``nx`` only a new entry, ``xx`` only an existing one, ``set``,
-        ``sooner`` only an existing one due later.
+        ``sooner`` only an existing one due later. ``now``: sent at once, alone.
         """
         args = [mode, item, after_ms]
-        reply = await self._scripts["scheduleSweep"](keys=[index], args=args)
+        schedule = self._scripts["scheduleSweep"]
+        reply = await schedule(keys=[index], args=args, now=now)
         return Applied(reply) is Applied.APPLIED
 
     async def due(self, index: str, *, batch: int) -> tuple[int, list[str]]:
