@@ -1,8 +1,11 @@
-"""Windowed groups given up, cancelled or finished: what is left in Redis.
+"""Windowed groups to their end, on a real redis-server with real workers.
 
-A given-up windowed group keeps nothing of its window once it is claimed (its
-window hash goes as it does for a group whose members all ended), and every
-key any scenario leaves has a TTL.
+Given up (inline and by reference), cancelled, a cancelled chain's step, a
+``@group_task`` that yields its members, a window of one under copies, retries
+and ``NoResultError``: what runs, what the continuation reads, and what is left
+in Redis (every key with a TTL; a given-up group's window hash gone with it).
+A chain waiting on a windowed group step that keeps moving for many spans is
+neither stuck nor expired under it; a group being given up is listed stuck.
 """
 
 import asyncio
