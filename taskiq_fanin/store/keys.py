@@ -129,6 +129,11 @@ class GroupKeys:
         return (*self.all, self.lost)
 
     @cached_property
+    def giving_up(self) -> tuple[str, ...]:
+        """The keys a give-up's window touches (``giveUp``), in its order."""
+        return (self.meta, self.done, self.failed, self.lost, self.claim, self.window)
+
+    @cached_property
     def recording(self) -> tuple[str, ...]:
         """The keys recording an outcome touches (``recordOutcome``), in its order."""
         return (
