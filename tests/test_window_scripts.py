@@ -272,3 +272,31 @@ async def test_a_windowed_groups_deadline_slides_with_each_outcome(
     assert windowed.expires_at - 120_000 > now - 5_000
     for key in (keys.meta, keys.plan, keys.done, keys.window):
         assert await client.pttl(key) > 100_000
+
+
+async def test_a_redrive_keeps_a_windowed_groups_window_as_long_as_its_other_keys(
+    client: Redis, keys: GroupKeys
+) -> None:
+    """A stalled windowed group re-driven lives past its new deadline, and so
+    must what its outcomes released: without it a redelivered member can no
+    longer kick again what it released."""
+    scripts = scripts_on(client)
+    await scripts.create_group(
+        keys,
+        token=TOKEN,
+        options={**OPTIONS, "max_in_flight": 2, "span": 60_000, "ttl": 100_000},
+        members=[row(i) for i in range(5)],
+        planner_lease_ms=60_000,
+        claimant="planner",
+    )
+    assert await record(scripts, keys, 0) == (Recorded.RECORDED, 2)
+    # Stalled since: its keys are 30 s from their expiry (as Redis's clock sees it).
+    now = int((await client.time())[0]) * 1000
+    await client.hset(keys.meta, "expires", now + 30_000)
+    for key in (keys.meta, keys.plan, keys.done, keys.window):
+        assert await client.pexpire(key, 30_000)
+    redriven = await scripts.redrive_group(keys, token=TOKEN, max_redrives=3)
+    assert redriven.redriven
+    # The new deadline is a span from now, the keys' expiry a span past it.
+    for key in (keys.meta, keys.plan, keys.done, keys.window):
+        assert await client.pttl(key) > 110_000, key
