@@ -212,10 +212,8 @@ class GroupScripts:
         ledger; ``missing_members`` reads the window's members.
         """
         args = [token, max_redrives, start, stop]
-        # Every key whose expiry the new deadline pushes: all but the lease.
-        redriving = [k for k in keys.all if k != keys.claim]
         return replies.redriven(
-            await self._scripts["redriveGroup"](keys=redriving, args=args)
+            await self._scripts["redriveGroup"](keys=keys.redriving, args=args)
         )
 
     async def give_up(

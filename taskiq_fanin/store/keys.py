@@ -134,6 +134,15 @@ class GroupKeys:
         return (self.meta, self.done, self.failed, self.lost, self.claim, self.window)
 
     @cached_property
+    def redriving(self) -> tuple[str, ...]:
+        """The keys a re-drive pushes past the new deadline (``redriveGroup``).
+
+        All but the lease, the window hash last (a windowed group's releases
+        must live as long as the group).
+        """
+        return (*(k for k in self.all if k != self.claim), self.window)
+
+    @cached_property
     def recording(self) -> tuple[str, ...]:
         """The keys recording an outcome touches (``recordOutcome``), in its order."""
         return (

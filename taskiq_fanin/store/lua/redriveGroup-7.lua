@@ -12,7 +12,9 @@
   kicking one not released yet would let more than max_in_flight run.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
-  KEYS[5] results   KEYS[6] errors   (each one's expiry pushed past the deadline)
+  KEYS[5] results   KEYS[6] errors   KEYS[7] window
+  (each one's expiry pushed past the deadline: a windowed group's window too,
+  or a redelivered member could no longer kick again what it released)
 
   ARGV[1] token
   ARGV[2] max re-drives  a group is re-driven at most this many times
