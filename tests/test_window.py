@@ -379,6 +379,50 @@ async def test_a_chain_step_group_keeps_its_window(
     assert await probe.most() == 2
 
 
+@pytest.mark.parametrize(
+    ("most", "streamed"),
+    [(3, False), (8, False), (8, True)],
+    ids=["as-wide", "wider", "streamed"],
+)
+async def test_a_window_as_wide_as_a_listed_group_is_no_window_at_all(
+    redis_url: str, key_prefix: str, most: int, streamed: bool
+) -> None:
+    """Listed, it is stored as none: the deadline stays where planning put it.
+
+    From an iterator the group's size is known only once its ledger is written:
+    its window stays, and its deadline slides with each outcome.
+    """
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    may_end = asyncio.Event()
+
+    @broker.task
+    async def member(index: int) -> None:
+        if index:
+            await may_end.wait()
+        else:
+            await asyncio.sleep(0.01)  # its work: the clock moves on meanwhile
+
+    listed = [Signature.of(member, i) for i in range(3)]
+    members = iter(listed) if streamed else listed
+    async with worker(broker, max_async_tasks=10) as receiver:
+        await group(members, group_id="wide", max_in_flight=most).kiq(broker)
+        planned = await group_status(fanin, "wide")
+        await eventually(lambda: recorded(fanin, "wide", 1), what="member 0's outcome")
+        one_done = await group_status(fanin, "wide")
+        may_end.set()
+        await eventually(lambda: recorded(fanin, "wide", 3), what="every outcome")
+        await drained(broker, receiver)
+
+    assert planned.deadline is not None and one_done.deadline is not None
+    if streamed:
+        assert (planned.max_in_flight, one_done.max_in_flight) == (most, most)
+        assert one_done.deadline > planned.deadline
+    else:
+        assert (planned.max_in_flight, one_done.max_in_flight) == (None, None)
+        assert one_done.deadline == planned.deadline
+    assert (planned.in_flight, planned.waiting) == (3, 0)
+
+
 @pytest.mark.parametrize("bad", [0, -2, True, "3", 2.5])
 async def test_a_bad_window_is_refused_before_anything_is_written(
     redis_url: str, redis_client: Redis, key_prefix: str, bad: Any
