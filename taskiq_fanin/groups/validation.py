@@ -80,6 +80,11 @@ def validate_group(
         for index, member in enumerate(spec.members)
     )
     options = spec.options.with_defaults(ctx.config)
+    most = options.max_in_flight
+    if stream is None and most is not None and most >= len(spec.members):
+        # As wide as the group: no window at all (nothing released, no deadline
+        # sliding). A streamed group's size is known only once it is written.
+        options = options.model_copy(update={"max_in_flight": None})
     for name, continuation in (("then", options.then), ("on_error", options.on_error)):
         if continuation is not None:
             what = f"the continuation {name}"
