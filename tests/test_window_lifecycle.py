@@ -26,7 +26,7 @@ from taskiq_fanin import (
     group_task,
     sweep,
 )
-from taskiq_fanin.inspection import group_status, list_groups
+from taskiq_fanin.inspection import chain_status, group_status, list_chains, list_groups
 from taskiq_fanin.model.ids import step_id
 from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.store.keys import GroupKeys
@@ -353,6 +353,58 @@ async def test_a_chain_waiting_on_its_moving_windowed_group_step_is_never_stuck(
     assert findings == []
     assert ends == [list(range(12))]
     assert status.state.value == "done"
+
+
+async def test_list_stuck_agrees_with_the_sweep_on_a_chain_waiting_on_a_moving_group(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Past the chain's own deadline, its windowed group step still on time:
+    neither ``list_chains(stuck=True)`` nor ``overdue()`` calls it stuck, as
+    the sweep does not (``docs/cli.md``: ``list --stuck`` agrees with
+    ``sweep --fail-on-stuck``)."""
+    deadline = 0.4
+    broker, fanin = stream_broker(redis_url, key_prefix, deadline=deadline)
+    ends: list[object] = []
+    #: (sweep finds it stuck, listed stuck, overdue(), past its own deadline)
+    seen: list[tuple[bool, bool, bool, bool]] = []
+
+    @broker.task
+    async def first() -> int:
+        return 1
+
+    @broker.task
+    async def member(previous: int, index: int) -> int:
+        await asyncio.sleep(0.1)
+        return index
+
+    @broker.task
+    async def last(result: GroupResult) -> None:
+        ends.append(result.results)
+
+    async def looked_until_the_end() -> bool:
+        report = await sweep(fanin, dry_run=True)
+        swept = any(f.group_id == "agree" for f in report.stuck)
+        listed = any(
+            c.chain_id == "agree" for c in await list_chains(fanin, stuck=True)
+        )
+        status = await chain_status(fanin, "agree")
+        assert status.updated is not None
+        assert status.read_at is not None
+        own = (status.read_at - status.updated).total_seconds() > deadline
+        seen.append((swept, listed, status.overdue(), own and status.step == 1))
+        return bool(ends)
+
+    step = group([Signature.of(member, i) for i in range(12)], max_in_flight=1)
+    async with worker(broker, max_async_tasks=4) as receiver:
+        await chain(
+            Signature.of(first), step, Signature.of(last), chain_id="agree"
+        ).kiq(broker)
+        await eventually(looked_until_the_end, timeout=15, what="the last step")
+        await drained(broker, receiver)
+
+    assert ends == [list(range(12))]
+    assert any(own for *_, own in seen)  # looked at past the chain's own deadline
+    assert [seen_as[:3] for seen_as in seen if any(seen_as[:3])] == []
 
 
 async def test_a_window_of_one_holds_under_copies_retries_failures_and_no_result(
