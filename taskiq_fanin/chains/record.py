@@ -6,6 +6,7 @@ a failed step. Its transitions are scripts (``ChainScripts``).
 
 from datetime import datetime, timezone
 
+from taskiq_fanin.chains import due
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups.inspection import DEFAULT_LIST_LIMIT
@@ -37,19 +38,46 @@ async def status(ctx: FanInContext, chain_id: str) -> ChainStatus:
     validate_chain_id(chain_id, derived=True)
     found = await ctx.chain_scripts.read(keys_of(ctx, chain_id))
     read_at = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
-    return status_from_record(chain_id, found, read_at=read_at)
+    return await _status(ctx, chain_id, found, read_at)
+
+
+async def _status(
+    ctx: FanInContext, chain_id: str, found: ChainRecord, read_at: datetime
+) -> ChainStatus:
+    """The status of a chain read at ``read_at``, due when the sweep finds it stuck.
+
+    ``due.step_due``: waiting on a group step that is on time, it is due when
+    that group is (the sweep's ``chain_stuck`` agrees with ``overdue()``).
+    """
+    due_at = None
+    if found.state is ChainState.RUNNING and found.updated_at is not None:
+        now = int(read_at.timestamp() * 1000)
+        due_at = (await due.step_due(ctx, found, now)).at
+    return status_from_record(chain_id, found, read_at=read_at, due_at=due_at)
 
 
 def status_from_record(
-    chain_id: str, found: ChainRecord, *, read_at: datetime | None = None
+    chain_id: str,
+    found: ChainRecord,
+    *,
+    read_at: datetime | None = None,
+    due_at: int | None = None,
 ) -> ChainStatus:
-    """A ``ChainStatus`` from a chain's record (state ``missing``: it is missing)."""
+    """A ``ChainStatus`` from a chain's record (state ``missing``: it is missing).
+
+    ``due_at``: when its step counts as stuck (``due.step_due``); else a step
+    span after the record last moved, if it recorded its span.
+    """
     if found.state is ChainState.MISSING:
         return ChainStatus(chain_id=chain_id, state=ChainState.MISSING, read_at=read_at)
     error = found.error
-    due = None
-    if found.deadline_ms is not None and found.updated_at is not None:
-        due = from_millis(found.updated_at + found.deadline_ms)
+    if (
+        due_at is None
+        and found.deadline_ms is not None
+        and found.updated_at is not None
+    ):
+        due_at = found.updated_at + found.deadline_ms
+    due = from_millis(due_at)
     return ChainStatus(
         chain_id=chain_id,
         state=found.state,
@@ -93,13 +121,11 @@ async def list_chains(
     if now is None:
         now = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
     statuses = [
-        status_from_record(chain_id, chain, read_at=now) for chain_id, chain in found
+        await _status(ctx, chain_id, chain, now)
+        for chain_id, chain in found
+        if chain.state in OPEN
     ]
-    return [
-        status
-        for status in statuses
-        if status.state in OPEN and (not stuck or status.overdue(now))
-    ]
+    return [status for status in statuses if not stuck or status.overdue(now)]
 
 
 async def state(ctx: FanInContext, chain_id: str) -> ChainState:

@@ -184,7 +184,9 @@ class ChainStatus(BaseModel):
     #: step's error, by step index.
     failures: dict[int, MemberError] = Field(default_factory=dict)
     #: When the step it is at counts as stuck: the chain's deadline after the
-    #: record last moved (the sweep's ``chain_stuck`` from then on).
+    #: record last moved or, waiting on a group step that is on time (a
+    #: windowed group's deadline slides), that group's deadline (the sweep's
+    #: ``chain_stuck`` from then on).
     due: datetime | None = None
     #: Redis's clock when this was read: what its age and ``overdue()`` go by.
     read_at: datetime | None = None

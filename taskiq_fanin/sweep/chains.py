@@ -8,15 +8,14 @@ is judged from its own record, by the step span recorded with it and on Redis's
 clock.
 """
 
-from taskiq_fanin.chains import index, launch, record, saga
+from taskiq_fanin.chains import due, index, launch, record, saga
 from taskiq_fanin.chains.cursor import PendingStep
 from taskiq_fanin.chains.membership import settle_member
 from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import ChainGivenUpError
-from taskiq_fanin.model.results import ChainState, GroupState, SweepPolicy
-from taskiq_fanin.model.spec import GroupSpec
-from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.model.results import ChainState, SweepPolicy
+from taskiq_fanin.store.keys import ChainKeys
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.sweep import known
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
@@ -43,15 +42,8 @@ async def judge_chain(
             await index.remove(ctx, chain_id)
         return None
     chain, now = found
-    span = (
-        _deadline_ms(ctx, chain)
-        if state is ChainState.RUNNING
-        else ms(ctx.config.lease)
-    )
     updated_at = chain.updated_at or 0
-    due_at = updated_at + span
-    # Waiting on a group step that is on time: the chain is on time too.
-    due_at = await _group_step_due(ctx, chain_id, chain, now, due_at, dry_run=dry_run)
+    due_at = await _due_at(ctx, keys, chain, now, dry_run=dry_run)
     if due_at > now:
         if not dry_run:
             await index.reschedule(ctx, chain_id, due_at - now)
@@ -87,58 +79,34 @@ async def judge_chain(
     return finding
 
 
+async def _due_at(
+    ctx: FanInContext, keys: ChainKeys, chain: ChainRecord, now: int, *, dry_run: bool
+) -> int:
+    """When the chain is stuck: a failing one a lease after it moved.
+
+    A running one by :func:`due.step_due`, as ``list_chains`` judges it:
+    waiting on a group step that is on time, it is on time too, and (unless
+    ``dry_run``) its record is kept as long as the group's keys (``keepChain``),
+    or it would expire under the step.
+    """
+    if chain.state is not ChainState.RUNNING:
+        return (chain.updated_at or 0) + ms(ctx.config.lease)
+    found = await due.step_due(ctx, chain, now)
+    if found.group_expires_at and not dry_run:
+        await ctx.chain_scripts.keep(
+            keys,
+            token=chain.token,
+            step=chain.step,
+            until_ms=found.group_expires_at,
+        )
+    return found.at
+
+
 #: What the sweep does about a stuck chain, by the policy it sweeps with.
 _ACTIONS = {
     SweepPolicy.REDRIVE: SweepAction.REDRIVE,
     SweepPolicy.GIVE_UP: SweepAction.GIVE_UP,
 }
-
-
-async def _group_step_due(
-    ctx: FanInContext,
-    chain_id: str,
-    chain: ChainRecord,
-    now: int,
-    due_at: int,
-    *,
-    dry_run: bool,
-) -> int:
-    """When a chain due at ``due_at`` stops being on time, its group step seen to.
-
-    A windowed group runs for as long as its width takes, its deadline sliding
-    while its window moves (``recordOutcome``): a chain waiting on it is not
-    stuck while it is not, and its record is kept as long as the group's keys
-    (``keepChain``), or it would expire under the step. A group that is stuck
-    is the group sweep's to handle, by its own policy.
-    """
-    if chain.state is not ChainState.RUNNING or due_at > now or not chain.pending:
-        return due_at
-    kick = PendingStep.model_validate_json(chain.pending)
-    if not isinstance(kick.step, GroupSpec) or kick.cursor.index != chain.step:
-        return due_at
-    inspected = await ctx.scripts.inspect_group(
-        GroupKeys(ctx.config.prefix, kick.cursor.step_id)
-    )
-    if inspected is None or inspected.meta.state is not GroupState.OPEN:
-        return due_at
-    meta = inspected.meta
-    if (meta.due_at or 0) <= now:
-        return due_at
-    if not dry_run and meta.expires_at:
-        await ctx.chain_scripts.keep(
-            record.keys_of(ctx, chain_id),
-            token=chain.token,
-            step=chain.step,
-            until_ms=meta.expires_at,
-        )
-    return meta.due_at or due_at
-
-
-def _deadline_ms(ctx: FanInContext, chain: ChainRecord) -> int:
-    """How long the chain's step may take: as started (the config's, if unsaid)."""
-    if chain.deadline_ms is None:
-        return ms(ctx.config.deadline)
-    return chain.deadline_ms
 
 
 async def _settle(ctx: FanInContext, chain_id: str, chain: ChainRecord) -> None:
@@ -185,7 +153,7 @@ async def _act(
         if pending:
             await launch.repeat(ctx, pending)
             finding.applied = True
-            look_again = _deadline_ms(ctx, chain)
+            look_again = due.deadline_ms(ctx, chain)
         else:
             finding.note += f"; not re-driven ({redrives} re-drives used)"
     elif finding.action is SweepAction.REPORT:
