@@ -240,6 +240,34 @@ async def test_a_kick_redis_refuses_fails_alone(
     assert await redis_client.xlen(broker.queue_name) == 1
 
 
+async def test_a_prompt_kick_redis_refuses_raises_to_its_caller(
+    redis_url: str, redis_client: Redis, key_prefix: str
+) -> None:
+    """Sent at once (``PipelineBatcher.now``), a continuation's kick that Redis
+    refuses is the finaliser's error, as a batched one is: never dropped."""
+    broker = RedisStreamBroker(redis_url, queue_name=f"{key_prefix}:stream")
+    fanin = FanInMiddleware(redis_url, prefix=key_prefix)
+    broker.with_middlewares(fanin)
+    not_a_stream = f"{key_prefix}:string"
+    await redis_client.set(not_a_stream, "x")
+
+    @broker.task
+    async def job() -> None:
+        return None
+
+    await broker.startup()
+    try:
+        prompt = fanin.context.prompt_kicker
+        assert isinstance(prompt, PipelinedBroker)
+        refused = Signature.of(job).with_labels(queue_name=not_a_stream)
+        with pytest.raises(SendTaskError):
+            await refused.kicker(prompt).kiq()
+        await Signature.of(job).kicker(prompt).kiq()
+    finally:
+        await broker.shutdown()
+    assert await redis_client.xlen(broker.queue_name) == 1
+
+
 class StreamLength(TaskiqMiddleware):
     """Notes, as each message is about to be sent, how many the stream holds."""
 

@@ -303,6 +303,30 @@ async def test_the_member_that_claims_hears_first(
     assert heard_by_its_second_turn[0] <= 4  # not all 19
 
 
+async def test_callers_cancelled_mid_trickle_leave_no_other_unheard(
+    batcher: OutcomeBatcher, keys: GroupKeys
+) -> None:
+    """The claimant hears first, the others a loop turn apart: callers cancelled
+    meanwhile (a worker stopping its tasks) are passed over, every other one
+    still hears its code, and none is left waiting."""
+    started(batcher, keys, *range(1, 20))
+    recording = {i: asyncio.create_task(record(batcher, keys, i)) for i in range(1, 20)}
+    await asyncio.wait_for(recording[19], DEADLINE)  # the claimant: first
+    assert recording[19].result() is Recorded.CLAIMED
+    unheard = [i for i, task in recording.items() if not task.done()]
+    assert unheard  # the trickle is under way
+    for index in unheard[::2]:
+        recording[index].cancel()
+    heard = await asyncio.wait_for(
+        asyncio.gather(*recording.values(), return_exceptions=True), DEADLINE
+    )
+    for index, code in zip(recording, heard, strict=True):
+        if index in unheard[::2]:
+            assert isinstance(code, asyncio.CancelledError)
+        elif index != 19:
+            assert code is Recorded.RECORDED, index
+
+
 class HeldReplies(PipelineBatcher):
     """A pipeline whose callers hear their replies only once ``passing`` is set."""
 
