@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
-from taskiq import SimpleRetryMiddleware
+from taskiq import BrokerMessage, InMemoryBroker, SimpleRetryMiddleware
 from taskiq.exceptions import NoResultError
 
 from taskiq_fanin import (
@@ -26,6 +26,7 @@ from taskiq_fanin import (
     group_task,
     sweep,
 )
+from taskiq_fanin.chains.tasks import CONTINUE_TASK_NAME
 from taskiq_fanin.inspection import chain_status, group_status, list_chains, list_groups
 from taskiq_fanin.model.ids import step_id
 from taskiq_fanin.model.results import GroupState
@@ -405,6 +406,66 @@ async def test_list_stuck_agrees_with_the_sweep_on_a_chain_waiting_on_a_moving_g
     assert ends == [list(range(12))]
     assert any(own for *_, own in seen)  # looked at past the chain's own deadline
     assert [seen_as[:3] for seen_as in seen if any(seen_as[:3])] == []
+
+
+class HoldsContinuations(InMemoryBroker):
+    """Runs every message but a group step's continuation, which it holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[BrokerMessage] = []
+
+    async def kick(self, message: BrokerMessage) -> None:
+        if message.task_name == CONTINUE_TASK_NAME:
+            self.held.append(message)
+        else:
+            await super().kick(message)
+
+
+async def test_a_chain_whose_group_step_has_its_continuation_on_the_way_is_not_stuck(
+    client: Redis, key_prefix: str
+) -> None:
+    """Past the chain's own deadline, its group step complete and dispatched
+    (the continuation that moves the chain on queued, within the group's span):
+    neither the sweep nor ``list --stuck`` calls the chain stuck; the group
+    sweep would find that continuation overdue, by its own policy."""
+    held = HoldsContinuations()
+    held.add_middlewares(
+        FanInMiddleware(client, prefix=key_prefix, deadline=0.2, sweep_policy="give_up")
+    )
+
+    @held.task
+    async def first() -> int:
+        return 1
+
+    @held.task
+    async def member(previous: int, index: int) -> int:
+        return index
+
+    await held.startup()
+    try:
+        step = group([Signature.of(member, i) for i in range(3)], deadline=60)
+        await chain(Signature.of(first), step, chain_id="held").kiq(held)
+        group_id = step_id("held", 1)
+
+        async def dispatched_past_the_chains_deadline() -> bool:
+            status = await chain_status(held, "held")
+            assert status.updated is not None
+            assert status.read_at is not None
+            late = (status.read_at - status.updated).total_seconds() > 0.3
+            dispatched = await group_status(held, group_id)
+            return late and dispatched.state is GroupState.DISPATCHED
+
+        await eventually(dispatched_past_the_chains_deadline, what="the chain late")
+        report = await sweep(held, dry_run=True)
+        listed = await list_chains(held, stuck=True)
+        status = await chain_status(held, "held")
+    finally:
+        await held.shutdown()
+    assert [f.kind.value for f in report.findings if f.group_id == "held"] == []
+    assert listed == []
+    assert not status.overdue()
+    assert [m.task_name for m in held.held] == [CONTINUE_TASK_NAME]
 
 
 async def test_a_window_of_one_holds_under_copies_retries_failures_and_no_result(
