@@ -3,15 +3,17 @@
 A chain is due a step span after its record last moved, unless it waits on a
 group step that is on time: a windowed group runs for as long as its width
 takes, its deadline sliding while its window moves (``recordOutcome``), and a
-chain waiting on it is not stuck while it is not. The sweep (``chain_stuck``)
-and ``list_chains(stuck=True)`` / ``ChainStatus.overdue()`` both ask here, so
-that ``list --stuck`` agrees with ``sweep --fail-on-stuck``.
+chain waiting on it is not stuck while it is not, nor while the group's
+finaliser and continuation (which move the chain on) are. The sweep
+(``chain_stuck``) and ``list_chains(stuck=True)`` / ``ChainStatus.overdue()``
+both ask here, so that ``list --stuck`` agrees with ``sweep --fail-on-stuck``.
 """
 
 from dataclasses import dataclass
 
 from taskiq_fanin.chains.cursor import PendingStep
 from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups import inspection
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.results import ChainState, GroupState
 from taskiq_fanin.model.spec import GroupSpec
@@ -39,9 +41,11 @@ def deadline_ms(ctx: FanInContext, chain: ChainRecord) -> int:
 async def step_due(ctx: FanInContext, chain: ChainRecord, now: int) -> StepDue:
     """When a running chain's step counts as stuck, its group step seen to.
 
-    Past its own deadline at ``now``, a chain at a group step that is open and
-    on time is due when the group is. A group that is stuck is the group
-    sweep's to handle, by its own policy: the chain is due by its own deadline.
+    Past its own deadline at ``now``, a chain at a group step whose group is on
+    time (open and within its deadline, its finaliser's lease held, its
+    continuation within its span: as the group sweep judges it) is due when
+    the group is. A group that is stuck is the group sweep's to handle, by its
+    own policy: the chain is due by its own deadline.
     """
     own = (chain.updated_at or 0) + deadline_ms(ctx, chain)
     if chain.state is not ChainState.RUNNING or own > now or not chain.pending:
@@ -52,9 +56,21 @@ async def step_due(ctx: FanInContext, chain: ChainRecord, now: int) -> StepDue:
     inspected = await ctx.scripts.inspect_group(
         GroupKeys(ctx.config.prefix, kick.cursor.step_id)
     )
-    if inspected is None or inspected.meta.state is not GroupState.OPEN:
+    if inspected is None or inspected.meta.state not in _ON_ITS_WAY:
         return StepDue(own)
     meta = inspected.meta
-    if meta.due_at is None or meta.due_at <= now:
-        return StepDue(own)
-    return StepDue(meta.due_at, meta.expires_at)
+    group_due = inspection.due_at(meta, meta.state)
+    if group_due > now:
+        return StepDue(group_due, meta.expires_at)
+    if inspection.leased(inspected):
+        # Its finaliser or its continuation (which moves the chain on) holds
+        # a lease: on time until the lease is looked at again.
+        return StepDue(now + ms(ctx.config.lease), meta.expires_at)
+    return StepDue(own)
+
+
+#: A group step's states on its way to moving the chain on: while its group is
+#: on time in one (by the group sweep's own judgement), the chain is too.
+_ON_ITS_WAY = frozenset(
+    {GroupState.OPEN, GroupState.CLAIMED, GroupState.DISPATCHED, GroupState.RUNNING}
+)

@@ -11,6 +11,7 @@ from taskiq_fanin.store.keys import (
     validate_group_id,
 )
 from taskiq_fanin.store.records import GroupMeta, read_indexed
+from taskiq_fanin.store.replies import Inspected
 
 #: The most groups one listing reads.
 DEFAULT_LIST_LIMIT = 1000
@@ -18,6 +19,28 @@ DEFAULT_LIST_LIMIT = 1000
 STATUS_FIELDS = list(GroupMeta.STORED.values())
 #: What a listing leaves out: groups over, or gone.
 FINISHED = frozenset({GroupState.COMPLETED, GroupState.CANCELLED, GroupState.MISSING})
+
+
+def due_at(meta: GroupMeta, state: GroupState) -> int:
+    """When a group in this state stops being on time (epoch ms), as the sweep judges.
+
+    Its deadline while open (a windowed group's slides); a claimed group's at
+    once, unless its finaliser's lease holds (:func:`leased`); a dispatched
+    continuation's a span after its dispatch.
+    """
+    if state in (GroupState.DISPATCHED, GroupState.RUNNING):
+        return (meta.dispatched_at or 0) + meta.deadline_ms
+    if state is GroupState.CLAIMED:
+        return meta.claimed_at or 0
+    return meta.due_at or 0
+
+
+def leased(inspected: Inspected) -> bool:
+    """Its finaliser's lease, or its continuation's run lease, still holds."""
+    meta, state = inspected.meta, inspected.meta.state
+    return (state is GroupState.CLAIMED and inspected.lease_held) or (
+        state is GroupState.RUNNING and meta.run_until > inspected.now_ms
+    )
 
 
 def status_from_meta(

@@ -11,7 +11,7 @@ from typing import Any
 
 from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
-from taskiq_fanin.groups import index
+from taskiq_fanin.groups import index, inspection
 from taskiq_fanin.groups.finalising import finalise
 from taskiq_fanin.groups.window import kick_rows
 from taskiq_fanin.model.config import ms
@@ -56,10 +56,8 @@ async def judge(
             state=state.value,
         )
     meta, now = inspected.meta, inspected.now_ms
-    due_at = _due_at(meta, state)
-    leased = (state is GroupState.CLAIMED and inspected.lease_held) or (
-        state is GroupState.RUNNING and meta.run_until > now
-    )
+    due_at = inspection.due_at(meta, state)
+    leased = inspection.leased(inspected)
     # A pass under way (re-drive, give-up) goes on at once, whatever the deadline.
     passing = state is GroupState.GIVING_UP or (
         state is GroupState.OPEN and meta.redrive_next > 0
@@ -144,15 +142,6 @@ def _policy(meta: GroupMeta, override: SweepPolicy | None) -> SweepPolicy:
     if meta.state is GroupState.GIVING_UP:
         return SweepPolicy.GIVE_UP
     return override or meta.sweep_policy or SweepPolicy.REPORT
-
-
-def _due_at(meta: GroupMeta, state: GroupState) -> int:
-    """When a group in this state stops being on time (epoch ms)."""
-    if state in (GroupState.DISPATCHED, GroupState.RUNNING):
-        return (meta.dispatched_at or 0) + meta.deadline_ms
-    if state is GroupState.CLAIMED:
-        return meta.claimed_at or 0
-    return meta.due_at or 0
 
 
 def _finding(
