@@ -28,6 +28,7 @@ from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.queue_kicks import kicking_broker
+from taskiq_fanin.store.replication import replication
 from taskiq_fanin.store.result_pages import ResultPageReader
 
 #: Who claims a finaliser's lease, for inspection.
@@ -126,7 +127,7 @@ class FanInContext:
         batching: OutcomeBatching | None = None,
     ) -> "FanInContext":
         """Register the scripts on ``redis`` and wire one pipeline through them."""
-        pipeline = PipelineBatcher(redis)
+        pipeline = PipelineBatcher(redis, replication=replication(config))
         return cls(
             config=config,
             redis=redis,
