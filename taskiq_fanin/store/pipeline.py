@@ -7,8 +7,11 @@ pipeline is on its way, the commands issued meanwhile wait and go together in
 the next (without MULTI: each command stays what it was, a script call stays its
 own atomic script). A command goes at the next turn of the event loop, with
 whatever was issued meanwhile. The outcomes of one group's members go together
-as one script call (``outcome_batching``). Under ``durability="replicated"`` a
-pipeline that carries writes ends with ``WAIT`` (``replication``).
+as one script call (``outcome_batching``). A command someone waits on while the
+loop is busy (a continuation's kick, its run guard) goes
+:meth:`~PipelineBatcher.now`: from its caller, alone, not turns later. Under
+``durability="replicated"`` a pipeline that carries writes ends with ``WAIT``
+(``replication``), either way.
 """
 
 import asyncio
@@ -20,7 +23,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from taskiq_fanin.store.replication import Replication
+from taskiq_fanin.store.replication import Replication, Waits
 
 #: The most commands one pipeline carries.
 MAX_BATCH = 256
@@ -74,6 +77,35 @@ class PipelineBatcher:
             self._sender = loop.create_task(self._send_while_pending())
         return await reply
 
+    async def now(self, command: Command, *, written: Any = None) -> Any:
+        """Send ``command`` at once, alone, from the caller; returns its reply.
+
+        A batch is written two loop turns later (its sender's task, its wait for
+        company), and on a busy loop each turn first runs every task ready
+        before it; this goes from the caller's own step (redis-py's write under
+        a socket timeout takes one turn on Python < 3.12). One round trip that
+        nothing shares: for a command per group or workflow, not per member.
+        ``written``: as for a batched command.
+        """
+        self.stats.pipelines += 1
+        self.stats.commands += 1
+        async with self._client.pipeline(transaction=False) as pipe:
+            command(pipe)
+            waits = self._follow(pipe, [] if written is None else [written])
+            reply, *waited = await pipe.execute(raise_on_error=False)
+        if waits is not None:
+            waits.heard(self._client, waited)
+            reply = waits.failure(self._client, written) or reply
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _follow(self, pipe: Any, written: Sequence[Any]) -> Waits | None:
+        """The WAITs that follow the writes of ``pipe``, if they must be replicated."""
+        if self._replication is None or not written:
+            return None
+        return self._replication.follow(self._client, pipe, written)
+
     async def _send_while_pending(self) -> None:
         while self._pending:
             await asyncio.sleep(self._gather_seconds)
@@ -89,9 +121,7 @@ class PipelineBatcher:
             async with self._client.pipeline(transaction=False) as pipe:
                 for command, _, _ in batch:
                     command(pipe)
-                waits = None
-                if self._replication is not None and written:
-                    waits = self._replication.follow(self._client, pipe, written)
+                waits = self._follow(pipe, written)
                 replies = await pipe.execute(raise_on_error=False)
             if waits is not None:
                 waits.heard(self._client, replies[len(batch) :])
@@ -144,19 +174,25 @@ class ScriptBatcher:
         """The script as redis-py registered it."""
         return self._script
 
-    async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
-        """Run the script with ``keys`` and ``args``; returns its reply."""
+    async def __call__(
+        self, keys: Sequence[Any] = (), args: Sequence[Any] = (), *, now: bool = False
+    ) -> Any:
+        """Run the script with ``keys`` and ``args``; returns its reply.
+
+        ``now``: sent at once, alone (:meth:`PipelineBatcher.now`).
+        """
         command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
         written = keys[0] if self._writes and keys else None
+        send = self._batcher.now if now else self._batcher
         try:
-            return await self._batcher(
+            return await send(
                 lambda pipe: pipe.execute_command(*command), written=written
             )
         except NoScriptError:
             # The server lost its script cache: load it, and call it as before
             # (through the pipeline, so that a write is still followed by WAIT).
             await reload(self._script)
-            return await self._batcher(
+            return await send(
                 lambda pipe: pipe.execute_command(*command), written=written
             )
 
