@@ -262,7 +262,9 @@ class OutcomeBatcher:
         try:
             return await self._pipeline(add, written=call.keys[0])
         except NoScriptError:
-            await reload(self._script)  # then through the pipeline again (WAIT)
+            await reload(self._script)  # then through the pipeline again (WAIT),
+            self.stats.calls -= 1  # as the same call
+            self.stats.members -= len(call.members)
             return await self._pipeline(add, written=call.keys[0])
 
     def _worth_waiting(self, key: GroupCallKey) -> bool:
