@@ -209,3 +209,28 @@ def test_the_option() -> None:
         FanInMiddleware("redis://localhost:1", replication_timeout=5.0)
     with pytest.raises(InvalidOptionError, match="replicas"):
         FanInMiddleware("redis://localhost:1", replicas=0)
+
+
+async def test_a_chain_s_advance_and_finish_refused_for_replicas_are_told_again(
+    waiting: WaitingRedis, replicas: Replicas
+) -> None:
+    """A step's retry after ``NotReplicatedError``: the same delivery is told
+    ``ADVANCED`` (kick the next step) and ``DONE`` again, not a duplicate."""
+    from taskiq_fanin.store.replies import Advanced, Finished
+
+    _, chains = scripts_on(waiting, durable=True)
+    keys = ChainKeys("t", "c")
+    start = {"token": "tk", "names": "[]", "ttl_ms": 60_000, "pending": ""}
+    await chains.start(keys, **start, steps=2, deadline_ms=60_000)
+    moving = {"token": "tk", "step": 0, "compensation": "", "ttl_ms": 60_000}
+    replicas.acknowledged = 0
+    with pytest.raises(NotReplicatedError):
+        await chains.advance(keys, **moving, pending="", delivery="d0")
+    replicas.acknowledged = 1
+    advanced = await chains.advance(keys, **moving, pending="", delivery="d0")
+    assert advanced is Advanced.ADVANCED
+    replicas.acknowledged = 0
+    with pytest.raises(NotReplicatedError):
+        await chains.finish(keys, token="tk", step=1, delivery="d1")
+    replicas.acknowledged = 1
+    assert await chains.finish(keys, token="tk", step=1, delivery="d1") is Finished.DONE
