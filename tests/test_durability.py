@@ -206,9 +206,13 @@ def test_the_option() -> None:
     with pytest.raises(InvalidOptionError, match="durability"):
         FanInMiddleware("redis://localhost:1", durability="fsynced")
     with pytest.raises(InvalidOptionError, match="replication_timeout"):
-        FanInMiddleware("redis://localhost:1", replication_timeout=5.0)
+        FanInMiddleware(
+            "redis://localhost:1", durability="replicated", replication_timeout=5.0
+        )
     with pytest.raises(InvalidOptionError, match="replicas"):
         FanInMiddleware("redis://localhost:1", replicas=0)
+    # The default durability waits for nothing: a short socket timeout is fine.
+    FanInMiddleware("redis://localhost:1", socket_timeout=0.5)
 
 
 async def test_a_chain_s_advance_and_finish_refused_for_replicas_are_told_again(

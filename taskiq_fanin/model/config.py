@@ -163,7 +163,10 @@ class FanInConfig:
         ):
             positive(name, getattr(self, name))
         check_lifetime(self.ttl, self.deadline, self.lease)
-        check_replication(self.replicas, self.replication_timeout, self.socket_timeout)
+        if self.durability is Durability.REPLICATED:
+            check_replication(
+                self.replicas, self.replication_timeout, self.socket_timeout
+            )
         if (
             isinstance(self.max_redrives, bool)
             or not isinstance(self.max_redrives, int)
