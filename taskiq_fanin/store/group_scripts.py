@@ -235,8 +235,7 @@ class GroupScripts:
         finaliser for ``claimant`` (``GivenUp.claimed``).
         """
         args = [token, start, stop, lease_ms, claimant]
-        giving_up = [keys.meta, keys.done, keys.failed, keys.lost, keys.claim]
-        reply = await self._scripts["giveUp"](keys=giving_up, args=args)
+        reply = await self._scripts["giveUp"](keys=keys.giving_up, args=args)
         return replies.given_up(reply)
 
     async def release_lock(self, lock_key: str, holder: str) -> bool:
