@@ -177,9 +177,6 @@ class SpyingPipeline(PipelineBatcher):
             lambda pipe: command(_Spy(pipe, self.calls)), written=written
         )
 
-    async def now(self, command: Command) -> Any:
-        return await super().now(lambda pipe: command(_Spy(pipe, self.calls)))
-
 
 async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     client: Redis, key_prefix: str
