@@ -7,6 +7,9 @@ library's client built from the URL, and through a caller's ``master_for``.
 """
 
 import asyncio
+import json
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -101,10 +104,13 @@ def test_a_failovers_errors_are_redis_being_away(error: Exception) -> None:
 
 
 async def _group_through(
-    sentinel: RedisSentinel, fanin_redis: str | Redis, count: int = 10
+    sentinel: RedisSentinel,
+    fanin_redis: str | Redis,
+    count: int = 10,
+    prefix: str | None = None,
 ) -> list[GroupResult]:
     """A group of ``count`` members through a sentinel broker and worker."""
-    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    prefix = prefix or f"t-{uuid.uuid4().hex[:8]}"
     broker = RedisStreamSentinelBroker(
         sentinel.sentinels,
         sentinel.master_name,
@@ -149,6 +155,24 @@ async def test_the_middleware_works_from_a_sentinel_url() -> None:
     with RedisSentinel() as sentinel:
         (result,) = await _group_through(sentinel, sentinel.url)
     assert result.results == [2 * i for i in range(10)]
+
+
+async def test_the_command_line_reads_through_a_sentinel_url() -> None:
+    with RedisSentinel() as sentinel:
+        (result,) = await _group_through(sentinel, sentinel.url, prefix="cli-s")
+        where = ["--redis-url", sentinel.url, "--prefix", "cli-s"]
+        command = [sys.executable, "-m", "taskiq_fanin.cli", "--json", *where]
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [*command, "status", result.group_id],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert (shown["state"], shown["done"]) == ("completed", 10), shown
 
 
 async def test_the_middleware_works_with_a_master_for_client() -> None:
