@@ -18,12 +18,14 @@ from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import ReadOnlyError
 from taskiq.exceptions import SendTaskError
 from taskiq.receiver import Receiver
-from taskiq_redis import RedisStreamSentinelBroker
+from taskiq_redis import RedisStreamBroker, RedisStreamSentinelBroker
 
 from local_redis import RedisSentinel, eventually
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group
 from taskiq_fanin.model.errors import InvalidOptionError
 from taskiq_fanin.store.client import connect
+from taskiq_fanin.store.paced_kicks import SENTINEL_KICKS, PacedBroker, kick_limit
+from taskiq_fanin.store.queue_kicks import kicking_broker
 from taskiq_fanin.store.sentinel import (
     SENTINEL_PORT,
     SentinelAddress,
@@ -204,3 +206,44 @@ async def test_the_librarys_sentinel_client_rides_a_failover_in_its_own_retries(
             assert await client.get("before") == b"1"
         finally:
             await client.aclose()
+
+
+def test_kicks_on_a_sentinel_broker_are_paced_and_others_not() -> None:
+    sentinel_broker = RedisStreamSentinelBroker([("127.0.0.1", 1)], "m")
+    assert kick_limit(sentinel_broker) == SENTINEL_KICKS
+    assert isinstance(kicking_broker(sentinel_broker), PacedBroker)
+    assert kick_limit(RedisStreamBroker("redis://127.0.0.1:1/0")) is None
+
+
+async def test_planning_20_groups_at_once_on_a_sentinel_broker_kicks_every_member() -> (
+    None
+):
+    """With 64 kicks in flight per planner, 20 planners raced 1,280 kicks for
+    the sentinels' 100 connections: most failed with no fault at all."""
+    with RedisSentinel() as sentinel:
+        prefix = f"t-{uuid.uuid4().hex[:8]}"
+        broker = RedisStreamSentinelBroker(
+            sentinel.sentinels, sentinel.master_name, queue_name=f"{prefix}:stream"
+        )
+        broker.with_middlewares(FanInMiddleware(sentinel.url, prefix=prefix))
+
+        @broker.task(task_name=f"{prefix}.member")
+        async def member(x: int) -> int:
+            return x
+
+        await broker.startup()
+        try:
+            groups = [
+                group([Signature.of(member, i) for i in range(100)]).kiq(broker)
+                for _ in range(20)
+            ]
+            await asyncio.gather(*groups)
+            client = Redis(port=sentinel.primary.port)
+            try:
+                kicked = await client.xlen(f"{prefix}:stream")
+            finally:
+                await client.aclose()
+        finally:
+            await broker.shutdown()
+            await close_sentinels(broker.sentinel)
+    assert kicked == 2000
