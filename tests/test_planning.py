@@ -138,6 +138,32 @@ async def test_planning_again_after_the_planner_died_dispatches_the_rest(
     assert (await later.status()).planned
 
 
+@pytest.mark.xfail(strict=True, reason="issue 19: the planner keeps its lease")
+async def test_planning_again_at_once_after_a_failed_dispatch_dispatches_the_rest(
+    fake_redis: FakeRedis,
+) -> None:
+    """A planner whose kick failed releases its lease: planning the group again
+    a moment later (a retry, another process) dispatches the rest at once,
+    instead of waiting a finaliser_lease (60 s by default)."""
+    fanin = FanInMiddleware(fake_redis, prefix="release")
+    broker = await started(FlakyBroker(fail_from=2), fanin)
+
+    @broker.task
+    async def member(index: int) -> None:
+        return None
+
+    members = [Signature.of(member, i) for i in range(5)]
+    with pytest.raises(Exception, match="Cannot send task"):
+        await group(members, group_id="again").kiq(broker)
+    broker.fail_from = 100
+    again = await group(members, group_id="again").kiq(broker)
+
+    assert again.created is False
+    assert sorted(set(broker.kicked)) == [f"again~{i}" for i in range(5)]
+    assert [broker.kicked.count(f"again~{i}") for i in (2, 3, 4)] == [1, 1, 1]
+    assert (await again.status()).planned
+
+
 async def _older_than_lease(fanin: FanInMiddleware, group_id: str) -> bool:
     status = await group_status(fanin, group_id)
     return status.age_seconds() > fanin.config.lease  # type: ignore[operator]
