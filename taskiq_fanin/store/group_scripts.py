@@ -48,6 +48,11 @@ class GroupScripts:
             pipeline, self._scripts.registered("recordOutcome"), tuning=batching
         )
 
+    async def _applied(self, name: str, keys: Sequence[str], args: list[Any]) -> bool:
+        """Call a script that replies ``Applied``: whether it applied."""
+        reply = await self._scripts[name](keys=list(keys), args=args)
+        return Applied(reply) is Applied.APPLIED
+
     async def send(self, command: Command) -> Any:
         """A plain command (``lambda pipe: pipe.zrem(...)``) in the shared pipeline."""
         return await self._pipeline(command)
@@ -166,8 +171,11 @@ class GroupScripts:
 
     async def mark_planned(self, keys: GroupKeys, *, token: str) -> bool:
         """Note that every member was dispatched."""
-        reply = await self._scripts["markPlanned"](keys=[keys.meta], args=[token])
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("markPlanned", [keys.meta], [token])
+
+    async def release_planner(self, keys: GroupKeys, *, token: str) -> bool:
+        """Give up a failed planner's lease: planning again takes over at once."""
+        return await self._applied("releasePlanner", [keys.meta], [token])
 
     async def mark_dispatched(
         self,
@@ -180,16 +188,13 @@ class GroupScripts:
     ) -> bool:
         """Note which continuation was enqueued and release the lease if ours."""
         args = [token, dispatched, tombstone_ms, claimant]
-        reply = await self._scripts["markDispatched"](keys=keys.ending, args=args)
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("markDispatched", keys.ending, args)
 
     async def mark_completed(
         self, keys: GroupKeys, *, token: str, tombstone_ms: int
     ) -> bool:
         """Shrink a group whose continuation ran to a tombstone."""
-        args = [token, tombstone_ms]
-        reply = await self._scripts["markCompleted"](keys=keys.ending, args=args)
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("markCompleted", keys.ending, [token, tombstone_ms])
 
     async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
         """Meta, lease and Redis's clock of a group; ``None`` if it is gone."""
@@ -240,8 +245,7 @@ class GroupScripts:
 
     async def release_lock(self, lock_key: str, holder: str) -> bool:
         """Delete ``lock_key`` if ``holder`` still holds it."""
-        reply = await self._scripts["releaseLock"](keys=[lock_key], args=[holder])
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("releaseLock", [lock_key], [holder])
 
     async def cancel_group(self, keys: GroupKeys, *, tombstone_ms: int) -> bool:
         """Cancel an open group; False if it is missing or not open."""
@@ -269,8 +273,7 @@ class GroupScripts:
         """Take over a claimed group whose finaliser's lease ran out."""
         args = [token, lease_ms, claimant]
         reclaiming = [keys.meta, keys.claim]
-        reply = await self._scripts["reclaimFinaliser"](keys=reclaiming, args=args)
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("reclaimFinaliser", reclaiming, args)
 
     async def release_continuation(
         self, keys: GroupKeys, *, token: str, attempt: int
@@ -278,8 +281,7 @@ class GroupScripts:
         """Give up an attempt's run lease so that its retry may run."""
         args = [token, attempt]
         releasing = [keys.meta]
-        reply = await self._scripts["releaseContinuation"](keys=releasing, args=args)
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("releaseContinuation", releasing, args)
 
     async def schedule(
         self, index: str, item: str, *, after_ms: int, mode: str
@@ -290,8 +292,7 @@ class GroupScripts:
         ``sooner`` only an existing one due later.
         """
         args = [mode, item, after_ms]
-        reply = await self._scripts["scheduleSweep"](keys=[index], args=args)
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("scheduleSweep", [index], args)
 
     async def due(self, index: str, *, batch: int) -> tuple[int, list[str]]:
         """Redis's now (epoch ms), and up to ``batch`` entries of ``index`` due."""
