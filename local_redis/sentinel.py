@@ -218,6 +218,10 @@ class RedisSentinel:
         """
         old = self.primary
         old.kill()
+        return self.wait_for_promotion(old.port)
+
+    def wait_for_promotion(self, old_port: int) -> RedisServer:
+        """Wait until a replica replaced the primary on ``old_port``; return it."""
 
         def promoted() -> bool:
             try:
@@ -225,9 +229,9 @@ class RedisSentinel:
             except RuntimeError:
                 return False
             role = _info(port, "replication").get("role")
-            return port != old.port and role == "master" and self._all_name(port)
+            return port != old_port and role == "master" and self._all_name(port)
 
-        self._wait(promoted, f"a replica promoted after port {old.port} died")
+        self._wait(promoted, f"a replica promoted after port {old_port} died")
         return self.primary
 
     def stop(self) -> None:
