@@ -216,22 +216,6 @@ class RedisServer:
             msg = f"redis-server could not listen on port {port} again: it was taken"
             raise RuntimeError(msg)
 
-    def kill(self) -> None:
-        """SIGKILL the server, as a crash, and leave it down (its port closed).
-
-        Nothing is saved on the way out; :meth:`stop` still removes its
-        directory. For a failover: a replica takes over what it had.
-        """
-        process = self._process
-        if process is None:
-            msg = "the server is not running: call start() first"
-            raise RuntimeError(msg)
-        _thaw(process)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        self._process = None
-
     def suspend(self) -> None:
         """Freeze the server (SIGSTOP): connections stay open, nothing answers.
 
@@ -244,6 +228,12 @@ class RedisServer:
     def resume(self) -> None:
         """Let a suspended server run again (SIGCONT)."""
         self._signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL the server and leave it dead (a crashed host); ``stop`` cleans up."""
+        self._signal(signal.SIGKILL)
+        if self._process is not None:
+            self._process.wait()
 
     def _signal(self, signum: int) -> None:
         if self._process is None or self._process.poll() is not None:

@@ -16,8 +16,9 @@ from the ledger, repairs both; the run guards keep every continuation and last
 step to one run. Counts come from an observation server no fault touches, and
 are taken once nothing is left to run (``_drained``).
 
-With ``durability="replicated"`` (built on another branch: the parameter is
-skipped until ``FanInConfig`` has the field) no recorded outcome may be lost.
+With ``durability="replicated"`` no recorded outcome may be lost; it runs with
+two replicas, so that the promoted primary has one to wait for (the parameter
+is skipped on a tree whose ``FanInConfig`` has no ``durability``).
 """
 
 import asyncio
@@ -109,9 +110,9 @@ class Run:
 
 @asynccontextmanager
 async def sentinel_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, replicas: int, **env: str
 ) -> AsyncIterator[Run]:
-    with RedisSentinel() as sentinel, RedisServer() as observer:
+    with RedisSentinel(replicas=replicas) as sentinel, RedisServer() as observer:
         prefix = f"t-{uuid.uuid4().hex[:12]}"
         env = {
             "REDIS_URL": sentinel.url,
@@ -225,9 +226,12 @@ async def test_a_sentinel_failover_mid_run_runs_every_continuation_once(
     # Members are re-driven 3 s past their group's planning; run leases outlast
     # the switch (about 4 s), so a continuation running through it keeps its own.
     env |= {"DEADLINE": "3", "FINALISER_LEASE": str(RUN_LEASE)}
+    # Under replicated, a promoted primary with no replica left refuses every
+    # write (docs/guarantees.md): two replicas, so that one follows the new one.
+    replicas = 1
     if durability != "acknowledged":
-        env["DURABILITY"] = durability
-    async with sentinel_run(tmp_path, monkeypatch, **env) as run:
+        env["DURABILITY"], replicas = durability, 2
+    async with sentinel_run(tmp_path, monkeypatch, replicas=replicas, **env) as run:
         member = run.app.member.task_name
         started = time.monotonic()
         with run.worker("a"), run.worker("b"):
