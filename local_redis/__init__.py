@@ -11,6 +11,9 @@ be read and copied.)
   free loopback ports, keeping nothing on disk;
   ``redis_url_from_env_or_server()`` prefers ``REDIS_URL`` when it is set, and
   ``provide_redis()`` falls back on an embedded fakeredis too (``provider``);
+- ``RedisSentinel``: a primary, a replica and three sentinels
+  (``redis-server --sentinel``) on free loopback ports; ``kill_primary()``
+  SIGKILLs the primary and waits for a replica's promotion (``sentinel``);
 - ``TaskiqWorker`` / ``process_group``: a ``taskiq worker`` (or any command) in
   its own process group, stopped for certain: SIGTERM, then SIGKILL after a
   grace, until the group is empty (``workers``, ``processes``);
@@ -53,6 +56,7 @@ from local_redis.provider import (
     stream_drained,
 )
 from local_redis.replica import replica_of
+from local_redis.sentinel import RedisSentinel
 from local_redis.server import (
     LOOPBACK,
     REDIS_URL_ENV,
@@ -75,6 +79,7 @@ __all__ = [
     "MonitorTap",
     "RedisCluster",
     "RedisProvider",
+    "RedisSentinel",
     "RedisServer",
     "Tally",
     "TaskiqWorker",

@@ -25,6 +25,7 @@ import local_redis.processes
 import local_redis.workers
 from local_redis import (
     RedisCluster,
+    RedisSentinel,
     RedisServer,
     TaskiqWorker,
     process_group,
@@ -43,6 +44,7 @@ USES: dict[str, tuple[object, ...]] = {
     "redis_server": (
         RedisServer,
         RedisCluster,
+        RedisSentinel,
         redis_url_from_env_or_server,
         provide_redis,
         fault_harness.fault_rig,

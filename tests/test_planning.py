@@ -110,10 +110,17 @@ async def test_a_group_task_redelivered_plans_its_group_once(
 
 
 async def test_planning_again_after_the_planner_died_dispatches_the_rest(
-    fake_redis: FakeRedis,
+    fake_redis: FakeRedis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A planner that died outright (its lease not released) holds the group
+    for its lease: another planner may not know it is dead before then."""
     fanin = FanInMiddleware(fake_redis, prefix="replan", finaliser_lease=0.05)
     broker = await started(FlakyBroker(fail_from=2), fanin)
+
+    async def died(*_: object, **__: object) -> bool:
+        raise ConnectionError("the planner died before it could release")
+
+    monkeypatch.setattr(fanin.context.scripts, "release_planner", died)
 
     @broker.task
     async def member(index: int) -> None:
@@ -136,6 +143,31 @@ async def test_planning_again_after_the_planner_died_dispatches_the_rest(
     assert sorted(set(broker.kicked)) == [f"retry~{i}" for i in range(5)]
     assert [broker.kicked.count(f"retry~{i}") for i in (2, 3, 4)] == [1, 1, 1]
     assert (await later.status()).planned
+
+
+async def test_planning_again_at_once_after_a_failed_dispatch_dispatches_the_rest(
+    fake_redis: FakeRedis,
+) -> None:
+    """A planner whose kick failed releases its lease: planning the group again
+    a moment later (a retry, another process) dispatches the rest at once,
+    instead of waiting a finaliser_lease (60 s by default)."""
+    fanin = FanInMiddleware(fake_redis, prefix="release")
+    broker = await started(FlakyBroker(fail_from=2), fanin)
+
+    @broker.task
+    async def member(index: int) -> None:
+        return None
+
+    members = [Signature.of(member, i) for i in range(5)]
+    with pytest.raises(Exception, match="Cannot send task"):
+        await group(members, group_id="again").kiq(broker)
+    broker.fail_from = 100
+    again = await group(members, group_id="again").kiq(broker)
+
+    assert again.created is False
+    assert sorted(set(broker.kicked)) == [f"again~{i}" for i in range(5)]
+    assert [broker.kicked.count(f"again~{i}") for i in (2, 3, 4)] == [1, 1, 1]
+    assert (await again.status()).planned
 
 
 async def _older_than_lease(fanin: FanInMiddleware, group_id: str) -> bool:

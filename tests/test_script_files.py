@@ -59,6 +59,7 @@ ANSWERS: dict[str, type[enum.IntEnum] | None] = {
     "redriveGroup": Applied,
     "releaseContinuation": Applied,
     "releaseLock": Applied,
+    "releasePlanner": Applied,
     "releaseStep": Applied,
     "scheduleSweep": Applied,
     "startChain": Started,
@@ -198,6 +199,7 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     )
     await groups.append_ledger(group, token=token, first=1, members=["m1"], seal=True)
     await groups.abandon_group(group, token=token)  # refused: sealed
+    await groups.release_planner(group, token=token)
     await groups.mark_planned(group, token=token)
     await groups.inspect_group(group)
     await groups.record_outcome(

@@ -40,7 +40,8 @@ EPILOG = f"""\
 `{{prog}} --redis-url URL list` and `{{prog}} list --redis-url URL` are the same.
 Without --broker, the commands read Redis through a FanInMiddleware of their
 own (--redis-url, default $REDIS_URL; --prefix, default "{DEFAULT_PREFIX}"); with
---cluster, the URL is any one node of a Redis Cluster. A sweep
+--cluster, the URL is any one node of a Redis Cluster; a primary behind
+Sentinel is redis+sentinel://host[:port][,host[:port]...]/<master name>[/<db>]. A sweep
 that acts (--redrive, --give-up, --apply) kicks tasks, so it needs your broker
 instead: --broker module.path:variable, as for `taskiq worker`.
 
@@ -88,7 +89,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, after: bool) -> None
     parser.add_argument(
         "--redis-url",
         default=default(None),
-        help="Redis of the groups and chains (default: $REDIS_URL)",
+        help="Redis of the groups and chains (default: $REDIS_URL); "
+        "redis+sentinel://... for a primary behind Sentinel",
     )
     parser.add_argument(
         "--cluster",

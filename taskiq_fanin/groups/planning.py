@@ -12,16 +12,16 @@ from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass
 
 from redis.asyncio import RedisCluster
+from redis.exceptions import RedisError
 
 from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
 from taskiq_fanin.groups import index, ledger
+from taskiq_fanin.groups.dispatching import dispatch_members
 from taskiq_fanin.groups.finalising import finalise
 from taskiq_fanin.groups.validation import GroupPlan
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import FanInError, IdInUseError, shown
-from taskiq_fanin.model.ids import redriven_member_id
-from taskiq_fanin.model.labels import CANCELLABLE_LABEL, DEPTH_LABEL, MemberRef
 from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec
@@ -103,7 +103,11 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
         total = await _take_over(
             ctx, keys, made, own_token=plan.token, first=first, parts=parts
         )
-    await _dispatch(ctx, plan, token, in_hand, total)
+    try:
+        await _dispatch(ctx, plan, token, in_hand, total)
+    except Exception:
+        await _release(ctx, keys, token)
+        raise
     await ctx.scripts.mark_planned(keys, token=token)
     metrics.GROUPS_PLANNED.inc()
     # An empty group is complete at once: its planner (or the same planner
@@ -113,6 +117,19 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
     if state == GroupState.CLAIMED.value and empty and ours:
         await finalise(ctx, plan.group_id, token, claimant=claimant)
     return Planned(group_id=plan.group_id, created=created is Created.CREATED)
+
+
+async def _release(ctx: FanInContext, keys: GroupKeys, token: str) -> None:
+    """A kick failed: give up the lease, so planning again dispatches the rest now.
+
+    Best effort: should Redis be away too, the lease runs out as a dead planner's.
+    """
+    try:
+        await ctx.scripts.release_planner(keys, token=token)
+    except (RedisError, OSError):
+        logger.warning(
+            "Group %s: its failed planner's lease was not released", keys.group_id
+        )
 
 
 async def _take_over(
@@ -239,62 +256,3 @@ async def _not_created(
         raise IdInUseError(workflow_id=shown(group_id), holder="chain")
     if indexed and state in FINISHED:
         await index.remove(ctx, group_id)  # over: nothing to sweep
-
-
-async def dispatch_members(
-    ctx: FanInContext,
-    group_id: str,
-    token: str,
-    members: dict[int, Signature | ChainSpec],
-    *,
-    depth: int,
-    cancellable: bool = False,
-    attempt: int = 0,
-) -> None:
-    """Kick members with their group label and deterministic task ids.
-
-    Kicking a member twice is harmless: its outcome is recorded once. The
-    first is kicked before the others are built, so it starts soonest. A member
-    that is a chain starts under the id ``<group>~<index>`` (``~r<attempt>`` added
-    when the sweep re-drives it: a re-driven chain starts over, unless one of its
-    earlier chains has ended: that one is recorded instead).
-    """
-    limit = asyncio.Semaphore(ctx.config.dispatch_concurrency)
-    labels = {DEPTH_LABEL: str(depth)}
-    if cancellable:
-        labels[CANCELLABLE_LABEL] = "1"
-
-    async def kick(index: int, member: Signature | ChainSpec) -> None:
-        ref = MemberRef(group_id=group_id, index=index, token=token)
-        async with limit:
-            if isinstance(member, ChainSpec):
-                ids = [
-                    ref.task_id,
-                    *(
-                        redriven_member_id(ref.task_id, n)
-                        for n in range(1, attempt + 1)
-                    ),
-                ]
-                await ctx.start_chain(
-                    ctx,
-                    member,
-                    chain_id=ids[-1],
-                    member=ref,
-                    depth=depth + 1,
-                    earlier=ids[:-1],
-                )
-                return
-            await (
-                member.with_labels(**ref.label(), **labels)
-                .kicker(ctx.kicker)
-                .with_task_id(ref.task_id)
-                .kiq(*member.args, **member.kwargs)
-            )
-
-    # The first goes alone, at once: building each message costs the planner
-    # ~0.1-0.2 ms, and in one pipeline with the rest it would wait for them all.
-    kicks = iter(members.items())
-    first = next(kicks, None)
-    if first is not None:
-        await kick(*first)
-    await asyncio.gather(*(kick(index, member) for index, member in kicks))

@@ -11,7 +11,7 @@ re-drives alike: the one way to turn a ledger row back into a kick.
 from collections.abc import Mapping
 
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups.planning import dispatch_members
+from taskiq_fanin.groups.dispatching import dispatch_members
 from taskiq_fanin.model.labels import MemberRef
 from taskiq_fanin.model.spec import member_from_ledger
 from taskiq_fanin.store.releases import Released

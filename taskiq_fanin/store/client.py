@@ -19,6 +19,11 @@ health checks; its ``max_connections`` is per node, and a caller past it is
 retried with the backoff above rather than queued (redis-py's cluster client
 has no blocking pool).
 
+A ``redis+sentinel://`` URL names the sentinels and the primary's name
+(``store/sentinel.py``): the client asks a sentinel where the primary is on
+every new connection, with the same pool, retries, timeouts and health checks
+(the sentinels are asked with the same timeouts and retries).
+
 A client the caller passes in is used as it is: configure it the same way.
 """
 
@@ -30,6 +35,8 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from taskiq_fanin.store.sentinel import is_sentinel_url, sentinel_client
 
 logger = logging.getLogger("taskiq_fanin")
 
@@ -65,6 +72,13 @@ def connect(
     }
     if cluster:
         return RedisCluster.from_url(url, max_connections=max_connections, **common)
+    if is_sentinel_url(url):
+        return sentinel_client(
+            url,
+            max_connections=max_connections,
+            timeout=socket_timeout * 2,
+            common=common,
+        )
     pool = BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,

@@ -51,6 +51,11 @@ class GroupScripts:
             urgent=(Recorded.CLAIMED,),
         )
 
+    async def _applied(self, name: str, keys: Sequence[str], args: list[Any]) -> bool:
+        """Call a script that replies ``Applied``: whether it applied."""
+        reply = await self._scripts[name](keys=list(keys), args=args)
+        return Applied(reply) is Applied.APPLIED
+
     async def send(self, command: Command) -> Any:
         """A plain command (``lambda pipe: pipe.zrem(...)``) in the shared pipeline."""
         return await self._pipeline(command)
@@ -115,9 +120,7 @@ class GroupScripts:
 
     async def abandon_group(self, keys: GroupKeys, *, token: str) -> bool:
         """Remove an unsealed group (a bad member found in a later chunk)."""
-        abandon = self._scripts["abandonGroup"]
-        reply = await abandon(keys=[keys.meta, keys.plan], args=[token])
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("abandonGroup", [keys.meta, keys.plan], [token])
 
     async def missing_members(
         self, keys: GroupKeys, start: int, stop: int
@@ -167,8 +170,11 @@ class GroupScripts:
 
     async def mark_planned(self, keys: GroupKeys, *, token: str) -> bool:
         """Note that every member was dispatched."""
-        reply = await self._scripts["markPlanned"](keys=[keys.meta], args=[token])
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("markPlanned", [keys.meta], [token])
+
+    async def release_planner(self, keys: GroupKeys, *, token: str) -> bool:
+        """Give up a failed planner's lease: planning again takes over at once."""
+        return await self._applied("releasePlanner", [keys.meta], [token])
 
     async def mark_dispatched(
         self,
@@ -181,16 +187,13 @@ class GroupScripts:
     ) -> bool:
         """Note which continuation was enqueued and release the lease if ours."""
         args = [token, dispatched, tombstone_ms, claimant]
-        reply = await self._scripts["markDispatched"](keys=keys.ending, args=args)
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("markDispatched", keys.ending, args)
 
     async def mark_completed(
         self, keys: GroupKeys, *, token: str, tombstone_ms: int
     ) -> bool:
         """Shrink a group whose continuation ran to a tombstone."""
-        args = [token, tombstone_ms]
-        reply = await self._scripts["markCompleted"](keys=keys.ending, args=args)
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("markCompleted", keys.ending, [token, tombstone_ms])
 
     async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
         """Meta, lease and Redis's clock of a group; ``None`` if it is gone."""
@@ -238,14 +241,12 @@ class GroupScripts:
 
     async def release_lock(self, lock_key: str, holder: str) -> bool:
         """Delete ``lock_key`` if ``holder`` still holds it."""
-        reply = await self._scripts["releaseLock"](keys=[lock_key], args=[holder])
-        return Applied(reply) is Applied.APPLIED
+        return await self._applied("releaseLock", [lock_key], [holder])
 
     async def cancel_group(self, keys: GroupKeys, *, tombstone_ms: int) -> bool:
         """Cancel an open group; False if it is missing or not open."""
-        cancel = self._scripts["cancelGroup"]
-        reply = await cancel(keys=[*keys.all, keys.window], args=[tombstone_ms])
-        return Applied(reply) is Applied.APPLIED
+        cancelling = [*keys.all, keys.window]
+        return await self._applied("cancelGroup", cancelling, [tombstone_ms])
 
     async def begin_continuation(
         self, keys: GroupKeys, *, token: str, attempt: int, delivery: str, lease_ms: int
@@ -273,9 +274,8 @@ class GroupScripts:
         self, keys: GroupKeys, *, token: str, attempt: int
     ) -> bool:
         """Give up an attempt's run lease so that its retry may run."""
-        release = self._scripts["releaseContinuation"]
-        reply = await release(keys=[keys.meta], args=[token, attempt])
-        return Applied(reply) is Applied.APPLIED
+        args = [token, attempt]
+        return await self._applied("releaseContinuation", [keys.meta], args)
 
     async def schedule(
         self, index: str, item: str, *, after_ms: int, mode: str, now: bool = False

@@ -36,6 +36,7 @@ from taskiq_redis import (
     RedisStreamClusterBroker,
 )
 
+from taskiq_fanin.store.paced_kicks import paced
 from taskiq_fanin.store.pipeline import Command, PipelineBatcher
 
 logger = logging.getLogger("taskiq_fanin")
@@ -142,10 +143,13 @@ class PipelinedBroker:
 
 
 def kicking_broker(broker: AsyncBroker) -> AsyncBroker:
-    """What the library's kicks go through: ``broker``, pipelined where it can be."""
+    """What the library's kicks go through: ``broker``, pipelined where it can be.
+
+    Else paced, on a broker that cannot take many kicks at once (``paced_kicks``).
+    """
     queue = queue_of(broker)
     if queue is None:
-        return broker
+        return paced(broker)
     return PipelinedBroker(broker, queue)  # type: ignore[return-value]
 
 

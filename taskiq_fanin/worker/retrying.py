@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import (
     ConnectionError as RedisConnectionError,
 )
@@ -29,11 +30,14 @@ logger = logging.getLogger("taskiq_fanin")
 T = TypeVar("T")
 
 #: Redis away: down, restarting, loading, paused past the socket timeout, a
-#: replica promoted (writes refused for a moment), a cluster slot moving.
+#: replica promoted (writes refused for a moment: ``READONLY`` from a demoted
+#: primary), no sentinel naming a primary yet (a failover under way), a
+#: cluster slot moving.
 TRANSIENT: tuple[type[BaseException], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
     ReadOnlyError,
+    MasterNotFoundError,
     TryAgainError,
     ConnectionError,
     TimeoutError,
