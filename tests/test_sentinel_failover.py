@@ -284,13 +284,20 @@ async def test_a_sentinel_failover_mid_run_runs_every_continuation_once(
     )
     for g in (g for g, n in continuations.items() if n != 1):
         print(_said_of(logs, g))  # what the workers said of it, to tell why
-    assert continuations == {f"g{g}": 1 for g in range(GROUPS)}
-    assert [steps.get(f"c{c}~{STEPS - 1}") for c in range(CHAINS)] == [1] * CHAINS
+    last_steps = [steps.get(f"c{c}~{STEPS - 1}", 0) for c in range(CHAINS)]
+    if durability == "replicated":
+        # The promise: nothing recorded is lost, every body runs once.
+        assert lost == set()
+        assert continuations == {f"g{g}": 1 for g in range(GROUPS)}
+        assert last_steps == [1] * CHAINS
+    else:
+        # Without it a guard's write may vanish in the switch (guarantees.md:
+        # not promised): every group and chain ends, a double is reported.
+        assert set(continuations) == {f"g{g}" for g in range(GROUPS)}
+        assert all(last_steps), last_steps
     # Every group's continuation saw all its members: what the switch lost was
     # re-driven from the ledger and recorded.
     assert succeeded == {f"g{g}": MEMBERS for g in range(GROUPS)}
-    if durability == "replicated":
-        assert lost == set()
 
 
 async def _delivered_at_least(run: Run, task_name: str, least: int) -> bool:
