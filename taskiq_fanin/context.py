@@ -27,7 +27,7 @@ from taskiq_fanin.store.client import RedisClient
 from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
 from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.queue_kicks import kicking_broker
+from taskiq_fanin.store.queue_kicks import kicking_broker, prompt_broker
 from taskiq_fanin.store.result_pages import ResultPageReader
 
 #: Who claims a finaliser's lease, for inspection.
@@ -111,6 +111,8 @@ class FanInContext:
     on_broker: AsyncBroker | None
     #: What the library's kicks go through: the broker, pipelined where it can be.
     pipelined: AsyncBroker | None
+    #: What a kick someone waits on (a continuation's) goes through: at once.
+    prompt: AsyncBroker | None
     #: Reads by-reference ``GroupResult`` s in pages.
     result_pages: ResultPageReader
 
@@ -127,6 +129,7 @@ class FanInContext:
     ) -> "FanInContext":
         """Register the scripts on ``redis`` and wire one pipeline through them."""
         pipeline = PipelineBatcher(redis)
+        pipelined = kicking_broker(broker) if broker is not None else None
         return cls(
             config=config,
             redis=redis,
@@ -135,7 +138,8 @@ class FanInContext:
             start_chain=start_chain,
             check_chain=check_chain,
             on_broker=broker,
-            pipelined=kicking_broker(broker) if broker is not None else None,
+            pipelined=pipelined,
+            prompt=prompt_broker(pipelined) if pipelined is not None else None,
             result_pages=ResultPageReader(config.prefix, pipeline),
         )
 
@@ -153,6 +157,11 @@ class FanInContext:
     def kicker(self) -> AsyncBroker:
         """What the library's kicks go through: the broker, pipelined if it can be."""
         return self.pipelined if self.pipelined is not None else self.broker
+
+    @property
+    def prompt_kicker(self) -> AsyncBroker:
+        """What a continuation's kick goes through: at once, written before it waits."""
+        return self.prompt if self.prompt is not None else self.broker
 
     @property
     def outcomes(self) -> OutcomeBatcher:

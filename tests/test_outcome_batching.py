@@ -7,6 +7,7 @@ finishes within its deadline shows the call did not wait for nothing.
 """
 
 import asyncio
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -22,7 +23,7 @@ from taskiq_fanin.store.outcome_batching import (
     OutcomeStats,
     group_call_key,
 )
-from taskiq_fanin.store.pipeline import PipelineBatcher
+from taskiq_fanin.store.pipeline import Command, PipelineBatcher
 from taskiq_fanin.store.replies import Recorded
 from tests.test_scripts import TOKEN, create
 
@@ -264,3 +265,89 @@ async def test_as_many_members_here_as_ever_ran_at_once_go_without_settling(
         Recorded.RECORDED
     )
     assert sent_since(batcher, before) == (2, 4)
+
+
+async def test_a_call_holding_every_member_without_an_outcome_goes_at_once(
+    batcher: OutcomeBatcher, keys: GroupKeys
+) -> None:
+    before = snapshot(batcher)
+    # Member 0 (recorded already) is delivered again and runs here: it can add
+    # nothing, so the call holding the 19 others does not wait for it.
+    started(batcher, keys, 0, *range(1, 20))
+    recording = [asyncio.create_task(record(batcher, keys, i)) for i in range(1, 20)]
+    recorded = await asyncio.wait_for(asyncio.gather(*recording), DEADLINE)
+    assert recorded == [Recorded.RECORDED] * 18 + [Recorded.CLAIMED]
+    assert sent_since(batcher, before) == (1, 19)
+
+
+async def test_the_member_that_claims_hears_first(
+    batcher: OutcomeBatcher, keys: GroupKeys
+) -> None:
+    # It has a continuation to kick: the others' resumptions go after it, one
+    # a loop turn, so that the loop serves the kick's I/O between them.
+    heard: list[tuple[int, Recorded]] = []
+    heard_by_its_second_turn: list[int] = []
+
+    async def recording(index: int) -> None:
+        heard.append((index, code := await record(batcher, keys, index)))
+        if code is Recorded.CLAIMED:
+            await turns(2)
+            heard_by_its_second_turn.append(len(heard))
+
+    started(batcher, keys, *range(1, 20))
+    await asyncio.wait_for(
+        asyncio.gather(*(recording(i) for i in range(1, 20))), DEADLINE
+    )
+    assert heard[0] == (19, Recorded.CLAIMED)
+    assert [index for index, _ in heard[1:]] == list(range(1, 19))
+    assert heard_by_its_second_turn[0] <= 4  # not all 19
+
+
+class HeldReplies(PipelineBatcher):
+    """A pipeline whose callers hear their replies only once ``passing`` is set."""
+
+    def __init__(self, client: Redis) -> None:
+        super().__init__(client)
+        self.passing = asyncio.Event()
+        self.passing.set()
+
+    async def __call__(self, command: Command) -> Any:
+        sent = asyncio.ensure_future(super().__call__(command))
+        await self.passing.wait()
+        return await sent
+
+
+async def test_a_waiting_call_goes_once_the_call_before_it_says_it_holds_the_rest(
+    fake_redis: Redis, keys: GroupKeys
+) -> None:
+    pipeline = HeldReplies(fake_redis)
+    scripts = GroupScripts(fake_redis, pipeline, batching=TUNING)
+    await create(scripts, keys, total=20)
+    batcher = scripts.outcomes
+    assert await record(batcher, keys, 0) is Recorded.RECORDED  # 19 left: busy
+    # Members 1 to 9 run here, alone: their call goes at once, and its reply
+    # is held back.
+    pipeline.passing.clear()
+    started(batcher, keys, *range(1, 10))
+    first = [asyncio.create_task(record(batcher, keys, i)) for i in range(1, 10)]
+    await eventually_sent(batcher, 2)
+    # The other 10 start (member 0 delivered again beside them) and record:
+    # their call waits, for member 0 among others.
+    started(batcher, keys, 0, *range(10, 20))
+    rest = [asyncio.create_task(record(batcher, keys, i)) for i in range(10, 20)]
+    await turns(50)
+    assert not any(task.done() for task in rest)
+    # The first call's reply says 10 are left: the waiting call holds them all.
+    pipeline.passing.set()
+    recorded = await asyncio.wait_for(asyncio.gather(*first, *rest), DEADLINE)
+    assert recorded == [Recorded.RECORDED] * 18 + [Recorded.CLAIMED]
+    assert batcher.stats == OutcomeStats(calls=3, members=20)
+
+
+async def eventually_sent(batcher: OutcomeBatcher, calls: int) -> None:
+    """Wait (a few loop turns) until ``calls`` script calls have gone."""
+    for _ in range(1000):
+        if batcher.stats.calls >= calls:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{calls} calls never went")

@@ -50,6 +50,7 @@ ANSWERS: dict[str, type[enum.IntEnum] | None] = {
     "giveUp": Applied,
     "inspectChain": None,
     "inspectGroup": None,
+    "keepChain": Applied,
     "listDue": None,
     "markCompleted": Applied,
     "markDispatched": Applied,
@@ -172,6 +173,9 @@ class SpyingPipeline(PipelineBatcher):
     async def __call__(self, command: Command) -> Any:
         return await super().__call__(lambda pipe: command(_Spy(pipe, self.calls)))
 
+    async def now(self, command: Command) -> Any:
+        return await super().now(lambda pipe: command(_Spy(pipe, self.calls)))
+
 
 async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     client: Redis, key_prefix: str
@@ -238,6 +242,7 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     )
     await chains.inspect(chain)
     await chains.redrive(chain, token=token, max_redrives=1, ttl_ms=60_000)
+    await chains.keep(chain, token=token, step=1, until_ms=2**40)
     await chains.begin_failing(chain, token=token, step=1, error="{}", delivery="d")
     await chains.end_failing(chain, token=token)
     await chains.begin_on_error(

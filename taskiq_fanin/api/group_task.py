@@ -3,7 +3,7 @@
 import functools
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, ParamSpec, overload
 
 from taskiq import TaskiqMessage
@@ -37,8 +37,11 @@ if TYPE_CHECKING:
     from taskiq_fanin.model.options import GroupOptionsArgs
 
 P = ParamSpec("P")
-#: What a ``@group_task`` body may return: members, or a ``group(...)``.
-Returned = Iterable[Signature | ChainSpec] | GroupSpec
+#: What a ``@group_task`` body may return: members (a list, an iterator, or
+#: an async iterator: an ``async def`` body that yields), or a ``group(...)``.
+Returned = (
+    Iterable[Signature | ChainSpec] | AsyncIterable[Signature | ChainSpec] | GroupSpec
+)
 FanOut = Callable[P, Returned | Awaitable[Returned]]
 Decorated = Callable[P, Awaitable[str]]
 
@@ -108,6 +111,8 @@ def _as_group(task_name: str, returned: object) -> GroupSpec:
     """What the body returned, as a group: members, or a ``group(...)``."""
     if isinstance(returned, GroupSpec):
         return returned
+    if isinstance(returned, AsyncIterable):
+        return group(returned)
     if isinstance(returned, Iterable) and not isinstance(
         returned, str | bytes | dict | Signature | ChainSpec
     ):

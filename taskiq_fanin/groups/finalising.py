@@ -90,16 +90,19 @@ async def finalise(
             return
     result = build_result(group_id, collected, token=token)
     kind, continuation = choose_continuation(collected, result)
-    # The rescore is only a hint for the sweep: it goes beside the kick.
-    await asyncio.gather(
-        _rescore_to_lease_end(ctx, group_id),
-        _kick_continuation(
+    # The rescore is only a hint for the sweep: it goes beside the kick. The
+    # kick goes from this task, at once (a task of its own, or a batch, would
+    # first wait for every other the loop has ready: members' acks).
+    rescoring = asyncio.ensure_future(_rescore_to_lease_end(ctx, group_id))
+    try:
+        await _kick_continuation(
             ctx,
             ContinuationRef(group_id=group_id, token=token, kind=kind),
             continuation,
             result,
-        ),
-    )
+        )
+    finally:
+        await rescoring
     dispatched = await ctx.scripts.mark_dispatched(
         keys,
         token=token,
@@ -155,7 +158,7 @@ async def _kick_continuation(
         return
     await (
         continuation.with_labels(**ref.label())
-        .kicker(ctx.kicker)
+        .kicker(ctx.prompt_kicker)
         .with_task_id(ref.task_id)
         .kiq(result, *continuation.args, **continuation.kwargs)
     )

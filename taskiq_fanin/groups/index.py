@@ -17,9 +17,14 @@ async def add(ctx: FanInContext, group_id: str, after_ms: int) -> bool:
 
 
 async def rescore(ctx: FanInContext, group_id: str, after_ms: int) -> None:
-    """Look at an indexed group again ``after_ms`` from now; never puts one back."""
+    """Look at an indexed group again ``after_ms`` from now; never puts one back.
+
+    Sent at once: it goes beside a continuation's kick, and must not trail it
+    by the turns a batch waits (a worker dying in the kick leaves it to the
+    sweep at the lease's end).
+    """
     key = index_key(ctx.config.prefix)
-    await ctx.scripts.schedule(key, group_id, after_ms=after_ms, mode="xx")
+    await ctx.scripts.schedule(key, group_id, after_ms=after_ms, mode="xx", now=True)
 
 
 async def reschedule(ctx: FanInContext, group_id: str, after_ms: int) -> None:

@@ -253,7 +253,8 @@ async def dispatch_members(
 ) -> None:
     """Kick members with their group label and deterministic task ids.
 
-    Kicking a member twice is harmless: its outcome is recorded once. A member
+    Kicking a member twice is harmless: its outcome is recorded once. The
+    first is kicked before the others are built, so it starts soonest. A member
     that is a chain starts under the id ``<group>~<index>`` (``~r<attempt>`` added
     when the sweep re-drives it: a re-driven chain starts over, unless one of its
     earlier chains has ended: that one is recorded instead).
@@ -290,4 +291,10 @@ async def dispatch_members(
                 .kiq(*member.args, **member.kwargs)
             )
 
-    await asyncio.gather(*(kick(index, member) for index, member in members.items()))
+    # The first goes alone, at once: building each message costs the planner
+    # ~0.1-0.2 ms, and in one pipeline with the rest it would wait for them all.
+    kicks = iter(members.items())
+    first = next(kicks, None)
+    if first is not None:
+        await kick(*first)
+    await asyncio.gather(*(kick(index, member) for index, member in kicks))

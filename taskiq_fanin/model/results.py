@@ -73,6 +73,11 @@ class StepError(MemberError):
     lost: list[int] = Field(default_factory=list)
 
 
+#: The states of a group whose members may still be outstanding: overdue
+#: past its deadline (what the sweep counts stuck).
+_OUTSTANDING = frozenset({GroupState.OPEN, GroupState.GIVING_UP})
+
+
 class GroupStatus(BaseModel):
     """A group as Redis holds it right now."""
 
@@ -120,9 +125,11 @@ class GroupStatus(BaseModel):
     def overdue(self, now: datetime | None = None) -> bool:
         """True when the group is still open past its deadline, at ``now``.
 
-        By default, at Redis's clock when the status was read.
+        Or being given up (``giving_up``: a pass the sweep goes on with at its
+        next visit), as the sweep counts it stuck. By default, at Redis's clock
+        when the status was read.
         """
-        if self.deadline is None or self.state is not GroupState.OPEN:
+        if self.deadline is None or self.state not in _OUTSTANDING:
             return False
         return self._now(now) > self.deadline
 

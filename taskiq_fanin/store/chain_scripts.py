@@ -220,6 +220,13 @@ class ChainScripts:
         redriven = Applied(reply[0]) is Applied.APPLIED
         return int(reply[1]), (text(reply[2]) if redriven else None)
 
+    async def keep(
+        self, keys: ChainKeys, *, token: str, step: int, until_ms: int
+    ) -> bool:
+        """Keep a chain waiting on its group step alive to ``until_ms`` (epoch ms)."""
+        reply = await self._call("keepChain", keys, [token, step, until_ms])
+        return Applied(reply) is Applied.APPLIED
+
     async def read(self, keys: ChainKeys) -> ChainRecord:
         """The whole record (state ``missing`` when the chain is missing)."""
         raw = await self._pipeline(lambda pipe: pipe.hgetall(keys.record))

@@ -45,7 +45,10 @@ class GroupScripts:
         #: Members of one group finishing together share one script call; the
         #: worker tells it which members run here.
         self.outcomes = OutcomeBatcher(
-            pipeline, self._scripts.registered("recordOutcome"), tuning=batching
+            pipeline,
+            self._scripts.registered("recordOutcome"),
+            tuning=batching,
+            urgent=(Recorded.CLAIMED,),
         )
 
     async def send(self, command: Command) -> Any:
@@ -112,10 +115,8 @@ class GroupScripts:
 
     async def abandon_group(self, keys: GroupKeys, *, token: str) -> bool:
         """Remove an unsealed group (a bad member found in a later chunk)."""
-        args = [token]
-        reply = await self._scripts["abandonGroup"](
-            keys=[keys.meta, keys.plan], args=args
-        )
+        abandon = self._scripts["abandonGroup"]
+        reply = await abandon(keys=[keys.meta, keys.plan], args=[token])
         return Applied(reply) is Applied.APPLIED
 
     async def missing_members(
@@ -234,8 +235,7 @@ class GroupScripts:
         finaliser for ``claimant`` (``GivenUp.claimed``).
         """
         args = [token, start, stop, lease_ms, claimant]
-        giving_up = [keys.meta, keys.done, keys.failed, keys.lost, keys.claim]
-        reply = await self._scripts["giveUp"](keys=giving_up, args=args)
+        reply = await self._scripts["giveUp"](keys=keys.giving_up, args=args)
         return replies.given_up(reply)
 
     async def release_lock(self, lock_key: str, holder: str) -> bool:
@@ -245,10 +245,8 @@ class GroupScripts:
 
     async def cancel_group(self, keys: GroupKeys, *, tombstone_ms: int) -> bool:
         """Cancel an open group; False if it is missing or not open."""
-        args = [tombstone_ms]
-        reply = await self._scripts["cancelGroup"](
-            keys=[*keys.all, keys.window], args=args
-        )
+        cancel = self._scripts["cancelGroup"]
+        reply = await cancel(keys=[*keys.all, keys.window], args=[tombstone_ms])
         return Applied(reply) is Applied.APPLIED
 
     async def begin_continuation(
@@ -259,38 +257,39 @@ class GroupScripts:
         Asked again by the same delivery, it renews its lease.
         """
         args = [token, attempt, delivery, lease_ms]
-        return Begin(
-            await self._scripts["beginContinuation"](keys=[keys.meta], args=args)
-        )
+        # The continuation's body waits on it: sent at once, not behind the
+        # loop's ready tasks (one a group).
+        begin = self._scripts["beginContinuation"]
+        return Begin(await begin(keys=[keys.meta], args=args, now=True))
 
     async def reclaim_finaliser(
         self, keys: GroupKeys, *, token: str, lease_ms: int, claimant: str
     ) -> bool:
         """Take over a claimed group whose finaliser's lease ran out."""
+        reclaim = self._scripts["reclaimFinaliser"]
         args = [token, lease_ms, claimant]
-        reclaiming = [keys.meta, keys.claim]
-        reply = await self._scripts["reclaimFinaliser"](keys=reclaiming, args=args)
+        reply = await reclaim(keys=[keys.meta, keys.claim], args=args)
         return Applied(reply) is Applied.APPLIED
 
     async def release_continuation(
         self, keys: GroupKeys, *, token: str, attempt: int
     ) -> bool:
         """Give up an attempt's run lease so that its retry may run."""
-        args = [token, attempt]
-        releasing = [keys.meta]
-        reply = await self._scripts["releaseContinuation"](keys=releasing, args=args)
+        release = self._scripts["releaseContinuation"]
+        reply = await release(keys=[keys.meta], args=[token, attempt])
         return Applied(reply) is Applied.APPLIED
 
     async def schedule(
-        self, index: str, item: str, *, after_ms: int, mode: str
+        self, index: str, item: str, *, after_ms: int, mode: str, now: bool = False
     ) -> bool:
         """Put ``item`` in a sweep ``index``, due ``after_ms`` from Redis's now.
 
         ``mode``: ``nx`` only a new entry, ``xx`` only an existing one, ``set``,
-        ``sooner`` only an existing one due later.
+        ``sooner`` only an existing one due later. ``now``: sent at once, alone.
         """
         args = [mode, item, after_ms]
-        reply = await self._scripts["scheduleSweep"](keys=[index], args=args)
+        schedule = self._scripts["scheduleSweep"]
+        reply = await schedule(keys=[index], args=args, now=now)
         return Applied(reply) is Applied.APPLIED
 
     async def due(self, index: str, *, batch: int) -> tuple[int, list[str]]:

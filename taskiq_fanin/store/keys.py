@@ -84,7 +84,7 @@ class GroupKeys:
         lease ran out, kicks it again (its first kick may have died with its
         worker); with ``r<released> -> member``, so that an entry goes once the
         member it released has an outcome (about 2 K fields). Removed when the
-        group is claimed (every member has an outcome) or cancelled.
+        group is claimed (every member has an outcome), given up or cancelled.
         """
         return self._key("window")
 
@@ -127,6 +127,11 @@ class GroupKeys:
     def ending(self) -> tuple[str, ...]:
         """Every key, the lost set last: what dispatching or completing shrinks."""
         return (*self.all, self.lost)
+
+    @cached_property
+    def giving_up(self) -> tuple[str, ...]:
+        """The keys a give-up's window touches (``giveUp``), in its order."""
+        return (self.meta, self.done, self.failed, self.lost, self.claim, self.window)
 
     @cached_property
     def recording(self) -> tuple[str, ...]:

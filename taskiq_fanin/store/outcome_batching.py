@@ -7,8 +7,10 @@ worker (the worker says which: :meth:`OutcomeBatcher.member_running`, and
 ``worker/running.py`` keeps the registry) and only while more can come: it goes
 once every one of them has joined it and no other starts within a few loop
 turns, at once when no slot is free (the worker runs as many members as it ever
-did), and at the next loop turn when its group is not busy. The script takes a
-call's members in order, each as if recorded alone. Every tuning constant is a
+did), at once when it holds as many members as its group's last call left
+without an outcome, and at the next loop turn when its group is not busy. The
+script takes a call's members in order, each as if recorded alone; the callers
+whose codes are urgent (the claimant) hear first. Every tuning constant is a
 field of :class:`OutcomeBatching`. It only batches: what a member is, and what
 its outcome, the layers above it know.
 """
@@ -16,13 +18,14 @@ its outcome, the layers above it know.
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from taskiq_fanin.store.hand_over import hand_over
 from taskiq_fanin.store.pipeline import PipelineBatcher, fail_all
 
 #: One group's calls: its keys, then its token (members of one token share calls).
@@ -95,8 +98,11 @@ class OutcomeBatcher:
         script: AsyncScript,
         *,
         tuning: OutcomeBatching | None = None,
+        urgent: Collection[int] = (),
     ) -> None:
+        """``urgent``: codes whose callers hear first (a claimant, who kicks)."""
         self._script = script
+        self._urgent = frozenset(urgent)
         self._pipeline = pipeline
         self.tuning = tuning or OutcomeBatching()
         self.stats = OutcomeStats()
@@ -184,7 +190,12 @@ class OutcomeBatcher:
 
     def _note_joined(self, key: GroupCallKey, call: _GroupCall) -> None:
         """Complete a waiting call that nobody else can join (or start settling)."""
-        if not call.waiting or call.settling or call.complete.is_set():
+        if not call.waiting or call.complete.is_set():
+            return
+        if self._holds_the_rest(key, call):
+            call.complete.set()  # every member still without an outcome is in it
+            return
+        if call.settling:
             return
         if key in self._unjoined:
             return  # a member of the group runs here and will join
@@ -229,9 +240,7 @@ class OutcomeBatcher:
             self._remember(key, int(outstanding))
             # A fourth field, when the script sends one, is per member.
             each = own[0] if own else [None] * len(codes)
-            for (_, reply), code, mine in zip(call.members, codes, each, strict=True):
-                if not reply.done():
-                    reply.set_result((code, shared, mine))
+            hand_over(call.members, codes, shared, each, urgent=self._urgent)
         except BaseException as exc:
             fail_all(call.members, exc)
             if not isinstance(exc, Exception):
@@ -264,12 +273,20 @@ class OutcomeBatcher:
         age = asyncio.get_running_loop().time() - at
         return outstanding >= self.tuning.company and age < self.tuning.recent_seconds
 
+    def _holds_the_rest(self, key: GroupCallKey, call: _GroupCall) -> bool:
+        """``call`` holds as many as the last call left: no one else can count."""
+        last = self._last_call.get(key)
+        return last is not None and len(call.members) >= last[0]
+
     def _remember(self, key: GroupCallKey, outstanding: int) -> None:
         self._last_call.pop(key, None)
         if outstanding > 0:
             self._last_call[key] = (outstanding, asyncio.get_running_loop().time())
             if len(self._last_call) > self.tuning.remembered_groups:
                 del self._last_call[next(iter(self._last_call))]  # the oldest
+        waiting = self._open.get(key)
+        if waiting is not None:  # the group's next call: it may hold the rest now
+            self._note_joined(key, waiting)
 
     @staticmethod
     def _arguments(call: _GroupCall) -> list[Any]:

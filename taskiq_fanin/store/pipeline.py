@@ -7,7 +7,9 @@ pipeline is on its way, the commands issued meanwhile wait and go together in
 the next (without MULTI: each command stays what it was, a script call stays its
 own atomic script). A command goes at the next turn of the event loop, with
 whatever was issued meanwhile. The outcomes of one group's members go together
-as one script call (``outcome_batching``).
+as one script call (``outcome_batching``). A command someone waits on while the
+loop is busy (a continuation's kick, its run guard) goes
+:meth:`~PipelineBatcher.now`: from its caller, alone, not turns later.
 """
 
 import asyncio
@@ -61,6 +63,24 @@ class PipelineBatcher:
         if self._sender is None or self._sender.done():
             self._sender = loop.create_task(self._send_while_pending())
         return await reply
+
+    async def now(self, command: Command) -> Any:
+        """Send ``command`` at once, alone, from the caller; returns its reply.
+
+        A batch is written two loop turns later (its sender's task, its wait for
+        company), and on a busy loop each turn first runs every task ready
+        before it; this goes from the caller's own step (redis-py's write under
+        a socket timeout takes one turn on Python < 3.12). One round trip that
+        nothing shares: for a command per group or workflow, not per member.
+        """
+        self.stats.pipelines += 1
+        self.stats.commands += 1
+        async with self._client.pipeline(transaction=False) as pipe:
+            command(pipe)
+            (reply,) = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     async def _send_while_pending(self) -> None:
         while self._pending:
@@ -119,11 +139,17 @@ class ScriptBatcher:
         """The script as redis-py registered it."""
         return self._script
 
-    async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
-        """Run the script with ``keys`` and ``args``; returns its reply."""
+    async def __call__(
+        self, keys: Sequence[Any] = (), args: Sequence[Any] = (), *, now: bool = False
+    ) -> Any:
+        """Run the script with ``keys`` and ``args``; returns its reply.
+
+        ``now``: sent at once, alone (:meth:`PipelineBatcher.now`).
+        """
         command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
+        send = self._batcher.now if now else self._batcher
         try:
-            return await self._batcher(lambda pipe: pipe.execute_command(*command))
+            return await send(lambda pipe: pipe.execute_command(*command))
         except NoScriptError:
             # The server lost its script cache: the script object reloads it.
             return await self._script(keys=keys, args=args)

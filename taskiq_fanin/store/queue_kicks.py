@@ -8,7 +8,9 @@ pipelines, through one long-lived client on the broker's own connection pool,
 and on a ``RedisStreamClusterBroker`` or ``ListQueueClusterBroker`` through the
 broker's own ``RedisCluster`` client. A queue is one key, so on a cluster its
 kicks are one slot's: the cluster pipeline sends them to that slot's node in
-one round trip (and a message for another queue to that queue's node).
+one round trip (and a message for another queue to that queue's node). A
+continuation's kick, which the group's last member waits on, goes at once and
+alone (:func:`prompt_broker`), on the same client.
 
 Everything else stays taskiq's: the kicker builds the message, every
 middleware's ``pre_send`` and ``post_send`` runs around each kick, and a kick
@@ -106,21 +108,37 @@ def _client_of(broker: AsyncBroker) -> Redis | RedisCluster:
 class PipelinedBroker:
     """Stands in for a broker in taskiq's kicker; its ``kick`` joins a pipeline.
 
-    Every other attribute is the broker's own.
+    Every other attribute is the broker's own. ``at_once``: each kick goes at
+    once, alone (``PipelineBatcher.now``), on the same connections.
     """
 
-    def __init__(self, broker: AsyncBroker, queue: BrokerQueue) -> None:
+    def __init__(
+        self,
+        broker: AsyncBroker,
+        queue: BrokerQueue,
+        *,
+        pipeline: PipelineBatcher | None = None,
+        at_once: bool = False,
+    ) -> None:
         self._broker = broker
         self._queue = queue
-        self.pipeline = PipelineBatcher(queue.client)
+        self.pipeline = pipeline or PipelineBatcher(queue.client)
+        self._at_once = at_once
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._broker, name)
 
+    def prompt(self) -> "PipelinedBroker":
+        """The same broker, kicking at once: for a kick someone waits on."""
+        return PipelinedBroker(
+            self._broker, self._queue, pipeline=self.pipeline, at_once=True
+        )
+
     async def kick(self, message: BrokerMessage) -> None:
         """Add ``message`` to its queue; returns once Redis has it."""
         queue = message.labels.get("queue_name") or self._queue.queue_name
-        await self.pipeline(self._queue.add(queue, message.message))
+        command = self._queue.add(queue, message.message)
+        await (self.pipeline.now if self._at_once else self.pipeline)(command)
 
 
 def kicking_broker(broker: AsyncBroker) -> AsyncBroker:
@@ -129,3 +147,13 @@ def kicking_broker(broker: AsyncBroker) -> AsyncBroker:
     if queue is None:
         return broker
     return PipelinedBroker(broker, queue)  # type: ignore[return-value]
+
+
+def prompt_broker(kicking: AsyncBroker) -> AsyncBroker:
+    """What a kick someone waits on goes through: at once, not in the next batch.
+
+    A broker's own ``kick`` goes at once already.
+    """
+    if isinstance(kicking, PipelinedBroker):
+        return kicking.prompt()  # type: ignore[return-value]
+    return kicking

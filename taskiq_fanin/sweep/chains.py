@@ -14,7 +14,9 @@ from taskiq_fanin.chains.membership import settle_member
 from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import ChainGivenUpError
-from taskiq_fanin.model.results import ChainState, SweepPolicy
+from taskiq_fanin.model.results import ChainState, GroupState, SweepPolicy
+from taskiq_fanin.model.spec import GroupSpec
+from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.sweep import known
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
@@ -48,6 +50,8 @@ async def judge_chain(
     )
     updated_at = chain.updated_at or 0
     due_at = updated_at + span
+    # Waiting on a group step that is on time: the chain is on time too.
+    due_at = await _group_step_due(ctx, chain_id, chain, now, due_at, dry_run=dry_run)
     if due_at > now:
         if not dry_run:
             await index.reschedule(ctx, chain_id, due_at - now)
@@ -88,6 +92,46 @@ _ACTIONS = {
     SweepPolicy.REDRIVE: SweepAction.REDRIVE,
     SweepPolicy.GIVE_UP: SweepAction.GIVE_UP,
 }
+
+
+async def _group_step_due(
+    ctx: FanInContext,
+    chain_id: str,
+    chain: ChainRecord,
+    now: int,
+    due_at: int,
+    *,
+    dry_run: bool,
+) -> int:
+    """When a chain due at ``due_at`` stops being on time, its group step seen to.
+
+    A windowed group runs for as long as its width takes, its deadline sliding
+    while its window moves (``recordOutcome``): a chain waiting on it is not
+    stuck while it is not, and its record is kept as long as the group's keys
+    (``keepChain``), or it would expire under the step. A group that is stuck
+    is the group sweep's to handle, by its own policy.
+    """
+    if chain.state is not ChainState.RUNNING or due_at > now or not chain.pending:
+        return due_at
+    kick = PendingStep.model_validate_json(chain.pending)
+    if not isinstance(kick.step, GroupSpec) or kick.cursor.index != chain.step:
+        return due_at
+    inspected = await ctx.scripts.inspect_group(
+        GroupKeys(ctx.config.prefix, kick.cursor.step_id)
+    )
+    if inspected is None or inspected.meta.state is not GroupState.OPEN:
+        return due_at
+    meta = inspected.meta
+    if (meta.due_at or 0) <= now:
+        return due_at
+    if not dry_run and meta.expires_at:
+        await ctx.chain_scripts.keep(
+            record.keys_of(ctx, chain_id),
+            token=chain.token,
+            step=chain.step,
+            until_ms=meta.expires_at,
+        )
+    return meta.due_at or due_at
 
 
 def _deadline_ms(ctx: FanInContext, chain: ChainRecord) -> int:

@@ -7,7 +7,9 @@
   its ledger: from then on no outcome is recorded (recordOutcome answers
   Recorded.FINALISED, as for a claimed group), no chunk appended, no re-drive
   or cancel taken, so the done and failed sets the windows read no longer
-  change and no member is both recorded and lost. Each window adds the indexes
+  change and no member is both recorded and lost; nor is any member released
+  any more: a windowed group's window hash goes (it would otherwise outlive
+  the group's end, to its expiry). Each window adds the indexes
   of [from, to) neither done nor failed to the lost set and counts them in
   'lost_count'; 'lost_next' says where the pass goes on. The ledger holds
   indexes 0 .. total - 1 (its chunks are written in order; its total is what it
@@ -19,7 +21,7 @@
   the first) changes nothing.
 
   KEYS[1] meta      KEYS[2] done     KEYS[3] failed  KEYS[4] lost
-  KEYS[5] claim
+  KEYS[5] claim     KEYS[6] window
 
   ARGV[1] token
   ARGV[2] from      the window's first index: 0 to begin, else 'lost_next'
@@ -47,6 +49,7 @@ if meta[2] == 'open' then
   end
   move(KEYS[1], 'group', 'open', 'giving_up', 'given_up_at', now, 'sealed', 1,
     'lost_count', 0, 'lost_next', 0)
+  redis.call('UNLINK', KEYS[6])
   lost = 0
 elseif meta[2] ~= 'giving_up' then
   return {Applied.UNCHANGED, lost, -1}
