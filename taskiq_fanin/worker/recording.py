@@ -2,8 +2,8 @@
 
 A member's outcome, a chain's transition, a continuation's (or a chain's error
 continuation's) completion: each part once, even when the whole is retried
-after Redis was away. A member's
-outcome is made here, once, and handed to the group engine to record.
+after Redis was away. A member's outcome is made here, once, and handed to the
+group engine to record.
 """
 
 from typing import Any
