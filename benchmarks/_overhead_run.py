@@ -82,7 +82,10 @@ async def one_run(
     """
     fanin = fanin_url or provider.url
     settings = new_settings(
-        provider.url, "ovh", fanin_url=fanin if side == "fanin" else ""
+        provider.url,
+        "ovh",
+        fanin_url=fanin if side == "fanin" else "",
+        durability=options.durability,
     )
     tasks = app.build(settings)
     async with (

@@ -11,11 +11,15 @@ untimed pass counts the commands with MONITOR; the timed group runs also read
 the group's memory at its peak, from the continuation.
 
     python -m benchmarks.overhead [--sizes 2000 20000] [--repeats 5] [--few-slots 1 10]
-        [--json PATH]
+        [--durability replicated] [--json PATH]
+
+``--durability replicated`` runs both sides with a replica of each server
+(started here, on loopback) and the middleware waiting for it (``WAIT``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +29,7 @@ from benchmarks._cli import Benchmark, flag
 from benchmarks._overhead_run import Sample, command_costs, one_run, summarize_size
 from benchmarks._report import RESULTS_DIR, Steps, count, sizes
 from benchmarks._targets import overhead_checks
-from local_redis import RedisProvider, Tally
+from local_redis import RedisProvider, Tally, replica_of
 
 APP = "benchmarks.apps.overhead"
 
@@ -68,6 +72,10 @@ class Options:
         "one pair of runs at the smallest size with each of these slot counts",
         nargs="*",
     )
+    durability: str = flag(
+        "acknowledged",
+        "the middleware's durability; replicated: both sides with a replica",
+    )
     #: Plain kicks in flight at once: the library's own dispatch default.
     kick_concurrency: int = 64
     #: Children in the untimed warm-up that precedes every timed run.
@@ -96,7 +104,10 @@ async def count_commands(
     fan-in keeps its keys on a Redis of its own when one can be started.
     """
     sizes = (options.count_n // 2, options.count_n)
-    with provider.second() as (fanin_url, separate):
+    with (
+        provider.second() as (fanin_url, separate),
+        _replicated(options, fanin_url if separate else None),
+    ):
         tallies: dict[tuple[str, int], Tally] = {}
         stats_check: dict[str, int] = {}
         for n in sizes:
@@ -170,6 +181,22 @@ async def run(
     provider: RedisProvider, options: Options, steps: Steps
 ) -> dict[str, Any]:
     """Every size, A/B interleaved, then the counting pass; the JSON document."""
+    with _replicated(options, provider.url):
+        return await _run(provider, options, steps)
+
+
+def _replicated(
+    options: Options, url: str | None
+) -> contextlib.AbstractContextManager[Any]:
+    """A replica of the server at ``url`` when the run waits for one."""
+    if options.durability != "replicated" or url is None:
+        return contextlib.nullcontext()
+    return replica_of(url)
+
+
+async def _run(
+    provider: RedisProvider, options: Options, steps: Steps
+) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for n in options.sizes:
         samples: list[Sample] = []
@@ -204,6 +231,7 @@ async def run(
         "counting": counts,
         "peers_ratio": PEERS,
         "redis": provider.kind,
+        "durability": options.durability,
     }
 
 

@@ -16,6 +16,7 @@ be read and copied.)
   grace, until the group is empty (``workers``, ``processes``);
 - ``wait_until`` / ``eventually`` / ``poll_until``: a condition with a deadline
   (``waiting``);
+- ``replica_of``: a replica of a loopback server, in sync (``replica``);
 - ``DuplicatingMiddleware``: at-least-once delivery, simulated;
 - ``commandstats`` / ``MonitorTap``: what a server ran, executed commands and
   client round trips (``counting``).
@@ -51,6 +52,7 @@ from local_redis.provider import (
     redis_url_from_env_or_server,
     stream_drained,
 )
+from local_redis.replica import replica_of
 from local_redis.server import (
     LOOPBACK,
     REDIS_URL_ENV,
@@ -90,6 +92,7 @@ __all__ = [
     "process_group",
     "provide_redis",
     "redis_url_from_env_or_server",
+    "replica_of",
     "start_in_own_group",
     "stop_all_workers",
     "stop_process_group",

@@ -1,4 +1,4 @@
-"""A throwaway Redis Cluster of three masters on free loopback ports."""
+"""A throwaway Redis Cluster of three masters (and replicas) on free loopback ports."""
 
 from __future__ import annotations
 
@@ -49,13 +49,16 @@ class _ClusterNode(RedisServer):
     which is out of range for most ports the kernel hands out.
     """
 
+    #: Milliseconds before a silent node counts as failing (a replica takes over).
+    node_timeout_ms = 5000
+
     def _server_args(self, port: int) -> list[str]:
         return [
             *super()._server_args(port),
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
             "--cluster-port", str(free_port()),
-            "--cluster-node-timeout", "5000",
+            "--cluster-node-timeout", str(self.node_timeout_ms),
         ]  # fmt: skip
 
 
@@ -67,6 +70,9 @@ class RedisCluster:
 
     Args:
         masters: how many master nodes (at least 3, which Redis requires).
+        replicas: replicas of each master (a failover promotes one).
+        node_timeout_ms: ``cluster-node-timeout``: how long a master may be
+            silent before its replica takes over.
         executable: the server binary, looked up on PATH.
         cli: the ``redis-cli`` binary, looked up on PATH.
         startup_timeout: seconds to wait for each node's first PONG.
@@ -79,6 +85,8 @@ class RedisCluster:
         self,
         *,
         masters: int = 3,
+        replicas: int = 0,
+        node_timeout_ms: int = 5000,
         executable: str = "redis-server",
         cli: str = "redis-cli",
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
@@ -89,6 +97,8 @@ class RedisCluster:
             msg = f"a Redis Cluster needs at least 3 masters, not {masters}"
             raise ValueError(msg)
         self._masters = masters
+        self._replicas = replicas
+        self._node_timeout_ms = node_timeout_ms
         self._executable = executable
         self._cli = cli
         self._startup_timeout = startup_timeout
@@ -138,12 +148,13 @@ class RedisCluster:
             msg = f"RedisCluster needs redis-server 7.0 or newer ({executable})"
             raise RuntimeError(msg)
         try:
-            for _ in range(self._masters):
+            for _ in range(self._masters * (1 + self._replicas)):
                 node = _ClusterNode(
                     executable=executable,
                     startup_timeout=self._startup_timeout,
                     stop_grace=self._stop_grace,
                 )
+                node.node_timeout_ms = self._node_timeout_ms
                 self._nodes.append(node)
                 node.start()
             self._create(cli)
@@ -178,7 +189,7 @@ class RedisCluster:
         addresses = [f"{host}:{port}" for host, port in self.startup_nodes]
         command = [
             cli, "--cluster", "create", *addresses,
-            "--cluster-replicas", "0", "--cluster-yes",
+            "--cluster-replicas", str(self._replicas), "--cluster-yes",
         ]  # fmt: skip
         try:
             result = subprocess.run(
@@ -205,7 +216,11 @@ class RedisCluster:
         deadline = time.monotonic() + self._cluster_timeout
         pending = [node.port for node in self._nodes]
         while pending:
-            pending = [port for port in pending if not _cluster_ok(port, expected)]
+            pending = [
+                port
+                for port in pending
+                if not (_cluster_ok(port, expected) and _linked(port))
+            ]
             if not pending:
                 return
             if time.monotonic() >= deadline:
@@ -233,6 +248,20 @@ def _cluster_ok(port: int, known_nodes: int) -> bool:
         fields.get("cluster_state") == "ok"
         and int(fields.get("cluster_known_nodes", 0)) == known_nodes
     )
+
+
+def _linked(port: int) -> bool:
+    """Whether the node on ``port`` is a master, or a replica linked to its master."""
+    client = redis.Redis(
+        host=LOOPBACK, port=port, socket_timeout=1.0, socket_connect_timeout=1.0
+    )
+    try:
+        info = client.info("replication")
+    except RedisError:
+        return False
+    finally:
+        client.close()
+    return info.get("role") == "master" or info.get("master_link_status") == "up"
 
 
 def _fields(info: object) -> dict[str, str]:

@@ -237,6 +237,12 @@ class RedisServer:
         """Let a suspended server run again (SIGCONT)."""
         self._signal(signal.SIGCONT)
 
+    def kill(self) -> None:
+        """SIGKILL the server and leave it dead (a crashed host); ``stop`` cleans up."""
+        self._signal(signal.SIGKILL)
+        if self._process is not None:
+            self._process.wait()
+
     def _signal(self, signum: int) -> None:
         if self._process is None or self._process.poll() is not None:
             msg = "the server is not running: call start() first"

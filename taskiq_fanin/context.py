@@ -28,6 +28,7 @@ from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.queue_kicks import kicking_broker, prompt_broker
+from taskiq_fanin.store.replication import replication
 from taskiq_fanin.store.result_pages import ResultPageReader
 
 #: Who claims a finaliser's lease, for inspection.
@@ -128,7 +129,7 @@ class FanInContext:
         batching: OutcomeBatching | None = None,
     ) -> "FanInContext":
         """Register the scripts on ``redis`` and wire one pipeline through them."""
-        pipeline = PipelineBatcher(redis)
+        pipeline = PipelineBatcher(redis, replication=replication(config))
         pipelined = kicking_broker(broker) if broker is not None else None
         return cls(
             config=config,

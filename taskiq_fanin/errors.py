@@ -27,6 +27,7 @@ from taskiq_fanin.model.errors import (
     MiddlewareNotFoundError,
     NestingTooDeepError,
     NotATaskError,
+    NotReplicatedError,
     RunningElsewhereError,
     UnknownTaskError,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "MiddlewareNotFoundError",
     "NestingTooDeepError",
     "NotATaskError",
+    "NotReplicatedError",
     "RunningElsewhereError",
     "UnknownTaskError",
 ]

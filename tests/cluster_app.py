@@ -4,7 +4,8 @@ and ``taskiq-fanin --broker tests.cluster_app:broker`` import it.
 Built at import from the environment: ``REDIS_CLUSTER_URL`` (any one node),
 ``APP_PREFIX`` (keys and queue: the test's own) and ``BROKER_KIND`` (``stream``
 for ``RedisStreamClusterBroker``, ``list`` for ``ListQueueClusterBroker``). The
-``FanInMiddleware`` is given the node's URL with ``cluster=True``.
+``FanInMiddleware`` is given the node's URL with ``cluster=True``, and
+``APP_DURABILITY`` as its ``durability``.
 
 What ran is counted in one hash, ``<prefix>:counts`` (one key, so one slot),
 by every process: ``sent`` by each kick's ``pre_send``, ``finished`` by each
@@ -96,7 +97,14 @@ class Counting(TaskiqMiddleware):
         )
 
 
-def build(url: str, prefix: str, kind: str, *, lossy: bool = False) -> AsyncBroker:
+def build(
+    url: str,
+    prefix: str,
+    kind: str,
+    *,
+    lossy: bool = False,
+    durability: str = "acknowledged",
+) -> AsyncBroker:
     """The app's broker (``lossy``: one whose ``drop`` set loses kicks)."""
     queue = f"{prefix}:queue"
     broker: AsyncBroker
@@ -110,7 +118,7 @@ def build(url: str, prefix: str, kind: str, *, lossy: bool = False) -> AsyncBrok
         raise ValueError(f"BROKER_KIND {kind!r}: stream or list")
     if lossy:
         broker.drop = set()  # type: ignore[attr-defined]
-    fanin = FanInMiddleware(url, cluster=True, prefix=prefix)
+    fanin = FanInMiddleware(url, cluster=True, prefix=prefix, durability=durability)
     # Counting goes after the FanInMiddleware: its post_execute runs later.
     broker.with_middlewares(fanin, Counting(fanin))
     _register(broker, fanin)
@@ -163,4 +171,5 @@ broker = build(
     os.environ.get("REDIS_CLUSTER_URL", "redis://127.0.0.1:7000"),
     os.environ.get("APP_PREFIX", "cluster-app"),
     os.environ.get("BROKER_KIND", "stream"),
+    durability=os.environ.get("APP_DURABILITY", "acknowledged"),
 )

@@ -59,6 +59,7 @@ class ClusterApp:
     url: str
     prefix: str
     kind: str
+    durability: str = "acknowledged"
 
     @property
     def fanin(self) -> FanInMiddleware:
@@ -74,6 +75,7 @@ class ClusterApp:
             "REDIS_CLUSTER_URL": self.url,
             "APP_PREFIX": self.prefix,
             "BROKER_KIND": self.kind,
+            "APP_DURABILITY": self.durability,
         }
 
     def task(self, name: str) -> Any:
@@ -126,15 +128,17 @@ class ClusterApp:
 
 
 @contextlib.asynccontextmanager
-async def app_on(url: str, prefix: str, kind: str) -> AsyncIterator[ClusterApp]:
-    broker = cluster_app.build(url, prefix, kind, lossy=True)
+async def app_on(
+    url: str, prefix: str, kind: str, *, durability: str = "acknowledged"
+) -> AsyncIterator[ClusterApp]:
+    broker = cluster_app.build(url, prefix, kind, lossy=True, durability=durability)
     await broker.startup()  # a stream's consumer group exists before any kick
     # Its own kicks go one by one, several at once: set up its RedisCluster
     # first (the stream broker's startup closes it), as the fresh one fails some
     # callers otherwise (test_a_fresh_middleware_on_a_cluster_...).
     await broker.redis.initialize()  # type: ignore[attr-defined]
     try:
-        yield ClusterApp(broker, url, prefix, kind)
+        yield ClusterApp(broker, url, prefix, kind, durability)
     finally:
         await broker.shutdown()
 

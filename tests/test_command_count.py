@@ -9,7 +9,7 @@ from collections import Counter
 
 from redis.asyncio import Redis
 
-from local_redis import RedisServer
+from local_redis import RedisServer, replica_of
 from local_redis import commandstats as count_calls
 from taskiq_fanin import GroupResult, Signature, group
 from tests.harness import SentMessages, eventually, stream_broker, worker
@@ -31,6 +31,7 @@ async def run_group(
     *,
     slots: int = 1,
     max_in_flight: int | None = None,
+    **fanin: object,
 ) -> Counter[str]:
     """Commands the fan-in's Redis ran for one group of ``size`` no-op members.
 
@@ -39,7 +40,7 @@ async def run_group(
     # Listed before the fan-in middleware, its post_execute runs after fan-in's:
     # waiting on it needs no Redis command that would blur the count.
     sent = SentMessages()
-    broker, _ = stream_broker(redis_url, prefix, sent, fanin_redis=fanin_url)
+    broker, _ = stream_broker(redis_url, prefix, sent, fanin_redis=fanin_url, **fanin)
 
     @broker.task
     async def member(index: int) -> None:
@@ -85,6 +86,8 @@ async def test_one_script_call_per_completion_and_a_fixed_cost_per_group(
     assert per_group["evalsha"] == 7
     assert per_group["zadd"] == 2
     assert per_group["zrem"] == 1
+    # The default durability waits for no replica.
+    assert per_child.get("wait", 0) == per_group.get("wait", 0) == 0
     inside = sum(v for k, v in per_child.items() if k != "evalsha")
     print(f"\nper completion: 1 round trip, {inside:.2f} commands inside Redis")
     print("per completion, by command:", {k: v for k, v in per_child.items() if v})
@@ -140,3 +143,25 @@ async def test_a_windowed_completion_is_still_one_script_call(
         "windowed, per completion, by command:",
         {k: v for k, v in per_child.items() if v},
     )
+
+
+async def test_replicated_durability_adds_a_probe_and_a_wait_not_a_round_trip(
+    redis_url: str, key_prefix: str
+) -> None:
+    """What ``durability="replicated"`` costs: in each pipeline that writes, a
+    probe SET and a WAIT, sent with the script call (no round trip more)."""
+    replicated = {"durability": "replicated"}
+    with RedisServer() as fanin_server, replica_of(fanin_server.url):
+        url = fanin_server.url
+        await run_group(redis_url, url, f"{key_prefix}-warm", 1, **replicated)
+        small = await run_group(redis_url, url, f"{key_prefix}-a", 20, **replicated)
+        large = await run_group(redis_url, url, f"{key_prefix}-b", 40, **replicated)
+    per_child = {name: (large[name] - small[name]) / 20 for name in large | small}
+    per_group = {name: small[name] - 20 * per_child[name] for name in per_child}
+    # A completion finishing alone: its script call, a probe and a WAIT.
+    assert per_child["evalsha"] == 1
+    assert per_child["wait"] == per_child["set"] == 1
+    # Per group: as many WAITs as write pipelines, at most one per script.
+    assert per_group["evalsha"] == 7
+    assert 0 < per_group["wait"] <= 7
+    print(f"\nreplicated, per completion: {per_child}; per group: {per_group}")

@@ -311,8 +311,8 @@ class HeldReplies(PipelineBatcher):
         self.passing = asyncio.Event()
         self.passing.set()
 
-    async def __call__(self, command: Command) -> Any:
-        sent = asyncio.ensure_future(super().__call__(command))
+    async def __call__(self, command: Command, *, written: Any = None) -> Any:
+        sent = asyncio.ensure_future(super().__call__(command, written=written))
         await self.passing.wait()
         return await sent
 

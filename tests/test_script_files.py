@@ -170,11 +170,15 @@ class SpyingPipeline(PipelineBatcher):
         super().__init__(client)
         self.calls: list[tuple[str, int]] = []
 
-    async def __call__(self, command: Command) -> Any:
-        return await super().__call__(lambda pipe: command(_Spy(pipe, self.calls)))
+    async def __call__(self, command: Command, *, written: Any = None) -> Any:
+        return await super().__call__(
+            lambda pipe: command(_Spy(pipe, self.calls)), written=written
+        )
 
-    async def now(self, command: Command) -> Any:
-        return await super().now(lambda pipe: command(_Spy(pipe, self.calls)))
+    async def now(self, command: Command, *, written: Any = None) -> Any:
+        return await super().now(
+            lambda pipe: command(_Spy(pipe, self.calls)), written=written
+        )
 
 
 async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(

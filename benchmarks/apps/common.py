@@ -49,6 +49,8 @@ class AppSettings:
     results: bool = False
     #: How long a waiting parent waits for each child (seconds).
     wait_timeout: float = 5.0
+    #: The FanInMiddleware's ``durability`` (``replicated``: WAIT for a replica).
+    durability: str = "acknowledged"
 
     @property
     def fanin_prefix(self) -> str:
@@ -127,7 +129,13 @@ def make_broker(
         )
     chain = list(middlewares)
     if settings.fanin_url:
-        chain.append(FanInMiddleware(settings.fanin_url, prefix=settings.fanin_prefix))
+        chain.append(
+            FanInMiddleware(
+                settings.fanin_url,
+                prefix=settings.fanin_prefix,
+                durability=settings.durability,
+            )
+        )
     if chain:
         broker = broker.with_middlewares(*chain)
 

@@ -45,6 +45,19 @@ DEFAULT_SOCKET_TIMEOUT = 5.0
 #: Seconds a worker's hook retries while Redis is away, before it leaves the
 #: message unacknowledged to come back.
 DEFAULT_RETRY_FOR = 30.0
+#: Under ``durability="replicated"``: replicas that must acknowledge a write ...
+DEFAULT_REPLICAS = 1
+#: ... within this many seconds (Redis's ``WAIT``), or it counts as not done.
+DEFAULT_REPLICATION_TIMEOUT = 1.0
+
+
+class Durability(enum.Enum):
+    """When a write counts as done."""
+
+    #: Once the primary acknowledged it (a failover may lose it).
+    ACKNOWLEDGED = "acknowledged"
+    #: Once ``replicas`` replicas acknowledged it too (``WAIT``), else retried.
+    REPLICATED = "replicated"
 
 
 #: A duration as the options take it: seconds, or a ``timedelta``.
@@ -72,6 +85,21 @@ def check_lifetime(ttl: float, deadline: float, lease: float) -> None:
             reason=f"a group must outlive its deadline ({deadline:g} s) by the "
             f"finaliser lease ({lease:g} s) the sweep needs: raise ttl to at least "
             f"{deadline + lease:g} s or lower the deadline",
+        )
+
+
+def check_replication(replicas: int, timeout: float, socket_timeout: float) -> None:
+    """A whole number of replicas; a ``WAIT`` that ends before the socket times out."""
+    if not isinstance(replicas, int):
+        raise InvalidOptionError(
+            name="replicas", value=shown(replicas), reason="a whole number"
+        )
+    if timeout < 0.001 or timeout >= socket_timeout:
+        raise InvalidOptionError(
+            name="replication_timeout",
+            value=shown(timeout),
+            reason=f"from 1 ms to below socket_timeout ({socket_timeout:g} s): "
+            "WAIT must answer before the client counts Redis as away",
         )
 
 
@@ -105,6 +133,9 @@ class FanInConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     socket_timeout: float = DEFAULT_SOCKET_TIMEOUT
     retry_for: float = DEFAULT_RETRY_FOR
+    durability: Durability = Durability.ACKNOWLEDGED
+    replicas: int = DEFAULT_REPLICAS
+    replication_timeout: float = DEFAULT_REPLICATION_TIMEOUT
 
     def __post_init__(self) -> None:
         if not self.prefix or any(c in self.prefix for c in "{} "):
@@ -127,9 +158,15 @@ class FanInConfig:
             "dispatch_concurrency",
             "max_depth",
             "max_connections",
+            "replicas",
+            "replication_timeout",
         ):
             positive(name, getattr(self, name))
         check_lifetime(self.ttl, self.deadline, self.lease)
+        if self.durability is Durability.REPLICATED:
+            check_replication(
+                self.replicas, self.replication_timeout, self.socket_timeout
+            )
         if (
             isinstance(self.max_redrives, bool)
             or not isinstance(self.max_redrives, int)

@@ -14,7 +14,9 @@ Exported, every one, from ``taskiq_fanin.errors``. Where each is met:
   ``@group_task`` fan-out, which plans no group; ``MemberNotSerializableError``
   and ``MemberTooLargeError`` fail a chain step whose result the next step
   cannot take. ``RunningElsewhereError`` is raised before a body runs, to leave
-  a duplicate copy unacknowledged. ``GroupResultsExpiredError`` is raised by a
+  a duplicate copy unacknowledged. ``NotReplicatedError`` (under
+  ``durability="replicated"``) is Redis being away: retried, then the message
+  is left unacknowledged. ``GroupResultsExpiredError`` is raised by a
   by-reference ``GroupResult`` read after its group's keys are gone.
 - **Recorded outcomes**, never raised at a caller: ``GroupStepFailedError``
   (a chain's group step failed under policy ``fail``), ``ChainGivenUpError``
@@ -23,6 +25,7 @@ Exported, every one, from ``taskiq_fanin.errors``. Where each is met:
   group member (``MemberError.type``).
 """
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from taskiq.exceptions import TaskiqError
 
 #: The most characters of a value an error message shows.
@@ -235,6 +238,21 @@ class RunningElsewhereError(FanInError):
         "this copy is left unacknowledged, to come back"
     )
     task_id: str
+
+
+class NotReplicatedError(FanInError, RedisConnectionError):
+    """Under ``durability="replicated"``: too few replicas took a write in time.
+
+    The write is not done: Redis is away (a ``redis`` ``ConnectionError``).
+    """
+
+    __template__ = (
+        "{acknowledged} of {replicas} replicas acknowledged the write within "
+        "{timeout_ms} ms: it is treated as not done"
+    )
+    acknowledged: str
+    replicas: int
+    timeout_ms: int
 
 
 class ChainCancelledError(FanInError):

@@ -26,7 +26,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from taskiq_fanin.store.hand_over import hand_over
-from taskiq_fanin.store.pipeline import PipelineBatcher, fail_all
+from taskiq_fanin.store.pipeline import PipelineBatcher, fail_all, reload
 
 #: One group's calls: its keys, then its token (members of one token share calls).
 GroupCallKey = tuple[Any, ...]
@@ -260,10 +260,12 @@ class OutcomeBatcher:
             pipe.execute_command("EVALSHA", self._script.sha, *self._arguments(call))
 
         try:
-            return await self._pipeline(add)
+            return await self._pipeline(add, written=call.keys[0])
         except NoScriptError:
-            args = self._arguments(call)[len(call.keys) + 1 :]
-            return await self._script(keys=call.keys, args=args)
+            await reload(self._script)  # then through the pipeline again (WAIT),
+            self.stats.calls -= 1  # as the same call
+            self.stats.members -= len(call.members)
+            return await self._pipeline(add, written=call.keys[0])
 
     def _worth_waiting(self, key: GroupCallKey) -> bool:
         last = self._last_call.get(key)

@@ -9,7 +9,9 @@ own atomic script). A command goes at the next turn of the event loop, with
 whatever was issued meanwhile. The outcomes of one group's members go together
 as one script call (``outcome_batching``). A command someone waits on while the
 loop is busy (a continuation's kick, its run guard) goes
-:meth:`~PipelineBatcher.now`: from its caller, alone, not turns later.
+:meth:`~PipelineBatcher.now`: from its caller, alone, not turns later. Under
+``durability="replicated"`` a pipeline that carries writes ends with ``WAIT``
+(``replication``), either way.
 """
 
 import asyncio
@@ -21,11 +23,14 @@ from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from taskiq_fanin.store.replication import Replication, Waits
+
 #: The most commands one pipeline carries.
 MAX_BATCH = 256
 #: Adds one command to a pipeline (whatever redis-py pipeline method fits).
 Command = Callable[[Any], object]
-_Pending = tuple[Command, "asyncio.Future[Any]"]
+#: A command, its caller's reply, and the key it writes (``None``: a read).
+_Pending = tuple[Command, "asyncio.Future[Any]", Any]
 
 
 @dataclass
@@ -41,30 +46,38 @@ class PipelineBatcher:
 
     :param gather_seconds: how long a batch waits for more commands before it
         goes; 0 still collects every command issued in the same loop turn.
+    :param replication: writes count as done once replicated (``WAIT``).
     """
 
     def __init__(
-        self, client: Redis | RedisCluster, *, gather_seconds: float = 0.0
+        self,
+        client: Redis | RedisCluster,
+        *,
+        gather_seconds: float = 0.0,
+        replication: Replication | None = None,
     ) -> None:
         self._client = client
+        self._replication = replication
         self._gather_seconds = gather_seconds
         self._pending: list[_Pending] = []
         self._sender: asyncio.Task[None] | None = None
         self.stats = PipelineStats()
 
-    async def __call__(self, command: Command) -> Any:
+    async def __call__(self, command: Command, *, written: Any = None) -> Any:
         """Send ``command`` (``lambda pipe: pipe.xadd(...)``); returns its reply.
 
         A command Redis refused raises its error here, for this caller only.
+        ``written``: a key the command writes (a script's first), for a write
+        that must be replicated to count as done.
         """
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((command, reply))
+        self._pending.append((command, reply, written))
         if self._sender is None or self._sender.done():
             self._sender = loop.create_task(self._send_while_pending())
         return await reply
 
-    async def now(self, command: Command) -> Any:
+    async def now(self, command: Command, *, written: Any = None) -> Any:
         """Send ``command`` at once, alone, from the caller; returns its reply.
 
         A batch is written two loop turns later (its sender's task, its wait for
@@ -72,15 +85,26 @@ class PipelineBatcher:
         before it; this goes from the caller's own step (redis-py's write under
         a socket timeout takes one turn on Python < 3.12). One round trip that
         nothing shares: for a command per group or workflow, not per member.
+        ``written``: as for a batched command.
         """
         self.stats.pipelines += 1
         self.stats.commands += 1
         async with self._client.pipeline(transaction=False) as pipe:
             command(pipe)
-            (reply,) = await pipe.execute(raise_on_error=False)
+            waits = self._follow(pipe, [] if written is None else [written])
+            reply, *waited = await pipe.execute(raise_on_error=False)
+        if waits is not None:
+            waits.heard(self._client, waited)
+            reply = waits.failure(self._client, written) or reply
         if isinstance(reply, Exception):
             raise reply
         return reply
+
+    def _follow(self, pipe: Any, written: Sequence[Any]) -> Waits | None:
+        """The WAITs that follow the writes of ``pipe``, if they must be replicated."""
+        if self._replication is None or not written:
+            return None
+        return self._replication.follow(self._client, pipe, written)
 
     async def _send_while_pending(self) -> None:
         while self._pending:
@@ -93,13 +117,22 @@ class PipelineBatcher:
         self.stats.pipelines += 1
         self.stats.commands += len(batch)
         try:
+            written = [key for _, _, key in batch if key is not None]
             async with self._client.pipeline(transaction=False) as pipe:
-                for command, _ in batch:
+                for command, _, _ in batch:
                     command(pipe)
+                waits = self._follow(pipe, written)
                 replies = await pipe.execute(raise_on_error=False)
-            for (_, reply), outcome in zip(batch, replies, strict=True):
+            if waits is not None:
+                waits.heard(self._client, replies[len(batch) :])
+            own = replies[: len(batch)]
+            for (_, reply, key), answer in zip(batch, own, strict=True):
                 if reply.done():
                     continue  # its caller was cancelled
+                outcome = answer
+                if waits is not None and key is not None:
+                    # Done, unless replicated: else as if Redis had not answered.
+                    outcome = waits.failure(self._client, key) or answer
                 if isinstance(outcome, Exception):
                     reply.set_exception(outcome)
                 else:
@@ -112,11 +145,9 @@ class PipelineBatcher:
                 raise
 
 
-def fail_all(
-    calls: Sequence[tuple[Any, "asyncio.Future[Any]"]], exc: BaseException
-) -> None:
+def fail_all(calls: Sequence[tuple[Any, ...]], exc: BaseException) -> None:
     """Every caller still waiting hears of ``exc`` (a cancellation, as one)."""
-    for _, reply in calls:
+    for _, reply, *_ in calls:
         if not reply.done():
             if isinstance(exc, asyncio.CancelledError):
                 reply.cancel()
@@ -130,9 +161,13 @@ class ScriptBatcher:
     Every call is still exactly one EVALSHA inside Redis.
     """
 
-    def __init__(self, batcher: PipelineBatcher, script: AsyncScript) -> None:
+    def __init__(
+        self, batcher: PipelineBatcher, script: AsyncScript, *, writes: bool = True
+    ) -> None:
         self._script = script
         self._batcher = batcher
+        #: The script writes: under replicated durability it waits for replicas.
+        self._writes = writes
 
     @property
     def script(self) -> AsyncScript:
@@ -147,9 +182,21 @@ class ScriptBatcher:
         ``now``: sent at once, alone (:meth:`PipelineBatcher.now`).
         """
         command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
+        written = keys[0] if self._writes and keys else None
         send = self._batcher.now if now else self._batcher
         try:
-            return await send(lambda pipe: pipe.execute_command(*command))
+            return await send(
+                lambda pipe: pipe.execute_command(*command), written=written
+            )
         except NoScriptError:
-            # The server lost its script cache: the script object reloads it.
-            return await self._script(keys=keys, args=args)
+            # The server lost its script cache: load it, and call it as before
+            # (through the pipeline, so that a write is still followed by WAIT).
+            await reload(self._script)
+            return await send(
+                lambda pipe: pipe.execute_command(*command), written=written
+            )
+
+
+async def reload(script: AsyncScript) -> None:
+    """Load ``script`` again into a server that lost its script cache."""
+    await script.registered_client.script_load(script.script)

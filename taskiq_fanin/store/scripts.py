@@ -26,6 +26,8 @@ from taskiq_fanin.store.replies import REPLY_CODES
 _FOLDER = resources.files(__package__).joinpath("lua")
 PRELUDE = "prelude.lua"
 _NAMED = re.compile(r"(?P<name>[a-z][A-Za-z]+)-(?P<keys>\d+)\.lua")
+#: The scripts that write nothing: under replicated durability, no WAIT follows.
+READS = frozenset({"inspectChain", "inspectGroup", "listDue"})
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,8 @@ class Scripts:
         script = self._registered.get(name)
         if script is None:
             source = packaged()[name].source
-            script = ScriptBatcher(self._pipeline, self._client.register_script(source))
+            registered = self._client.register_script(source)
+            script = ScriptBatcher(self._pipeline, registered, writes=name not in READS)
             self._registered[name] = script
         return script
 

@@ -16,27 +16,8 @@ from taskiq import (
 
 from taskiq_fanin.chains import launch, tasks, validation
 from taskiq_fanin.context import FanInContext, enter_run, leave_run, new_delivery
-from taskiq_fanin.model.config import (
-    DEFAULT_DEADLINE_SECONDS,
-    DEFAULT_DISPATCH_CONCURRENCY,
-    DEFAULT_LEASE_SECONDS,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_DEPTH,
-    DEFAULT_MAX_GROUP_SIZE,
-    DEFAULT_MAX_MEMBER_BYTES,
-    DEFAULT_MAX_REDRIVES,
-    DEFAULT_MAX_RESULT_BYTES,
-    DEFAULT_PREFIX,
-    DEFAULT_RESULTS_INLINE_MAX,
-    DEFAULT_RETRY_FOR,
-    DEFAULT_SOCKET_TIMEOUT,
-    DEFAULT_TOMBSTONE_SECONDS,
-    DEFAULT_TTL_SECONDS,
-    Duration,
-    FanInConfig,
-    choice,
-    seconds,
-)
+from taskiq_fanin.model import config as defaults
+from taskiq_fanin.model.config import Durability, Duration, FanInConfig, choice, seconds
 from taskiq_fanin.model.errors import (
     InvalidOptionError,
     MiddlewareNotFoundError,
@@ -68,23 +49,26 @@ class FanInMiddleware(TaskiqMiddleware):
         redis: str | RedisClient,
         *,
         cluster: bool = False,
-        prefix: str = DEFAULT_PREFIX,
-        ttl: Duration = DEFAULT_TTL_SECONDS,
-        deadline: Duration = DEFAULT_DEADLINE_SECONDS,
+        prefix: str = defaults.DEFAULT_PREFIX,
+        ttl: Duration = defaults.DEFAULT_TTL_SECONDS,
+        deadline: Duration = defaults.DEFAULT_DEADLINE_SECONDS,
         failure_policy: FailurePolicy | str = FailurePolicy.CONTINUE,
         sweep_policy: SweepPolicy | str = SweepPolicy.REPORT,
-        max_redrives: int = DEFAULT_MAX_REDRIVES,
-        max_depth: int = DEFAULT_MAX_DEPTH,
-        finaliser_lease: Duration = DEFAULT_LEASE_SECONDS,
-        tombstone_ttl: Duration = DEFAULT_TOMBSTONE_SECONDS,
-        max_group_size: int = DEFAULT_MAX_GROUP_SIZE,
-        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
-        results_inline_max: int = DEFAULT_RESULTS_INLINE_MAX,
-        max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-        dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        socket_timeout: Duration = DEFAULT_SOCKET_TIMEOUT,
-        retry_for: Duration = DEFAULT_RETRY_FOR,
+        max_redrives: int = defaults.DEFAULT_MAX_REDRIVES,
+        max_depth: int = defaults.DEFAULT_MAX_DEPTH,
+        finaliser_lease: Duration = defaults.DEFAULT_LEASE_SECONDS,
+        tombstone_ttl: Duration = defaults.DEFAULT_TOMBSTONE_SECONDS,
+        max_group_size: int = defaults.DEFAULT_MAX_GROUP_SIZE,
+        max_result_bytes: int = defaults.DEFAULT_MAX_RESULT_BYTES,
+        results_inline_max: int = defaults.DEFAULT_RESULTS_INLINE_MAX,
+        max_member_bytes: int = defaults.DEFAULT_MAX_MEMBER_BYTES,
+        dispatch_concurrency: int = defaults.DEFAULT_DISPATCH_CONCURRENCY,
+        max_connections: int = defaults.DEFAULT_MAX_CONNECTIONS,
+        socket_timeout: Duration = defaults.DEFAULT_SOCKET_TIMEOUT,
+        retry_for: Duration = defaults.DEFAULT_RETRY_FOR,
+        durability: Durability | str = Durability.ACKNOWLEDGED,
+        replicas: int = defaults.DEFAULT_REPLICAS,
+        replication_timeout: Duration = defaults.DEFAULT_REPLICATION_TIMEOUT,
         outcome_batching: OutcomeBatching | None = None,
     ) -> None:
         """Configure; nothing connects until the broker starts.
@@ -126,6 +110,11 @@ class FanInMiddleware(TaskiqMiddleware):
             as away (the client built from a URL).
         :param retry_for: seconds a worker's hook retries while Redis is away
             before it leaves its message unacknowledged, to come back.
+        :param durability: ``acknowledged`` (a write is done once the primary
+            took it) or ``replicated``: each write of an outcome, a claim, a
+            chain's advance or a plan is followed in its round trip by ``WAIT``
+            for ``replicas`` replicas, ``replication_timeout`` seconds at most;
+            fewer, and it is not done (retried, then left unacknowledged).
         :param outcome_batching: tuning of how members' outcomes share script
             calls (``OutcomeBatching``); the defaults are the measured ones.
         """
@@ -154,6 +143,9 @@ class FanInMiddleware(TaskiqMiddleware):
             max_connections=max_connections,
             socket_timeout=seconds("socket_timeout", socket_timeout),
             retry_for=seconds("retry_for", retry_for),
+            durability=choice("durability", Durability, durability),
+            replicas=replicas,
+            replication_timeout=seconds("replication_timeout", replication_timeout),
         )
         self._batching = outcome_batching
         self._url = redis if isinstance(redis, str) else None
