@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
 from redis.exceptions import RedisError
@@ -70,10 +71,17 @@ def find_executable(name: str) -> str:
     return path
 
 
-def _answers(port: int) -> bool:
-    """Whether a server on ``127.0.0.1:port`` answers PING (not while loading)."""
+def _answers(port: int, **options: Any) -> bool:
+    """Whether a server on ``127.0.0.1:port`` answers PING (not while loading).
+
+    ``options``: more of ``redis.Redis``'s (TLS, a user), for a locked-down server.
+    """
     client = redis.Redis(
-        host=LOOPBACK, port=port, socket_timeout=1.0, socket_connect_timeout=1.0
+        host=LOOPBACK,
+        port=port,
+        socket_timeout=1.0,
+        socket_connect_timeout=1.0,
+        **options,
     )
     try:
         return bool(client.ping())
@@ -256,6 +264,13 @@ class RedisServer:
         where = f"port={self._port}" if self._port is not None else "stopped"
         return f"<{type(self).__name__} {where}>"
 
+    def _client_options(self) -> dict[str, Any]:
+        """What a client needs besides the port to be answered (PING at start).
+
+        Subclasses add TLS, a user: a locked-down server (``secure.py``).
+        """
+        return {}
+
     def _server_args(self, port: int) -> list[str]:
         """Command-line options for a server on ``port``; subclasses add more."""
         return [
@@ -289,7 +304,7 @@ class RedisServer:
                     return False
                 msg = f"redis-server exited at startup:\n{log_text}"
                 raise RuntimeError(msg)
-            if _answers(port):
+            if _answers(port, **self._client_options()):
                 self._port = port
                 return True
             time.sleep(POLL_INTERVAL)

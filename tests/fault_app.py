@@ -18,9 +18,9 @@ Configured from the environment:
   else redis-py's default (5 s, no retries), with which a worker whose read of
   the stream outlasts it dies (and ``taskiq worker`` starts a new one).
 - ``MEMBER_SECONDS``, ``STEP_SECONDS``: how long a member, a chain step takes.
-- ``HANG``: the task id of a member, continuation or chain step whose first
-  delivery hangs (its worker is to be killed); later deliveries run normally.
-  Every start of its body is counted (``started``).
+- ``HANG``: the task id of a member, continuation, chain step or ``on_error``
+  whose first delivery hangs (its worker is to be killed); later deliveries run
+  normally. Every start of its body is counted (``started``).
 - ``HOLD``: the task id of a member that, once started, waits for the test to
   set the observation key ``go`` before it returns.
 - ``SLOW``: the task id of a continuation or chain step whose body runs until
@@ -30,6 +30,8 @@ Configured from the environment:
 - ``KILL_ON``: ``continuation``, ``on_error`` or ``released`` (a member a
   windowed group's recorded outcome released): a worker SIGKILLs itself in
   ``pre_send`` of such a message, once (the first worker to get there).
+- ``KILL_AFTER``: ``continuation`` or ``on_error``: the same, in ``post_send``,
+  once the message is on the stream (what comes after the kick never runs).
 - ``BROKER``: ``list`` for taskiq-redis's ListQueueBroker on the list ``QUEUE``
   (which never redelivers) instead of the stream broker.
 """
@@ -62,8 +64,10 @@ HOLD = os.environ.get("HOLD", "")
 SLOW = os.environ.get("SLOW", "")
 SLOW_SECONDS = float(os.environ.get("SLOW_SECONDS", "20"))
 KILL_ON = os.environ.get("KILL_ON", "")
+KILL_AFTER = os.environ.get("KILL_AFTER", "")
 
 ON_ERROR_TASK = "fault_app.on_error"
+GROUP_ON_ERROR_TASK = "fault_app.group_failed"
 MEMBER_TASK = "fault_app.member"
 
 
@@ -121,30 +125,38 @@ def running(func: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
 
 
 class KillSwitch(TaskiqMiddleware):
-    """The worker dies (SIGKILL, no cleanup) as it is about to send the chosen message.
+    """The worker dies (SIGKILL, no cleanup) as it is about to send the chosen
+    message (``KILL_ON``), or just after it sent it (``KILL_AFTER``).
 
     Only in a worker process, and once: the first worker that gets there takes
     the flag on the observation server, so a redelivery runs normally.
     """
 
-    def _chosen(self, message: TaskiqMessage) -> bool:
-        if KILL_ON == "continuation":
+    @staticmethod
+    def _chosen(choice: str, message: TaskiqMessage) -> bool:
+        if choice == "continuation":
             return CONTINUATION_LABEL in message.labels
-        if KILL_ON == "on_error":
+        if choice == "on_error":
             return message.task_name == ON_ERROR_TASK
-        if KILL_ON == "released":
+        if choice == "released":
             # A worker kicks a member only when an outcome released it (a
             # windowed group's): the outcome is recorded, the kick not sent.
             return message.task_name == MEMBER_TASK
         return False
 
-    async def pre_send(self, message: TaskiqMessage) -> TaskiqMessage:
-        if not self.broker.is_worker_process or not self._chosen(message):
-            return message
+    async def _die_if_chosen(self, choice: str, message: TaskiqMessage) -> None:
+        if not self.broker.is_worker_process or not self._chosen(choice, message):
+            return
         who = f"{os.getpid()} {message.task_id}"
         if await obs().set(obs_key("killed"), who, nx=True):
             os.kill(os.getpid(), signal.SIGKILL)
+
+    async def pre_send(self, message: TaskiqMessage) -> TaskiqMessage:
+        await self._die_if_chosen(KILL_ON, message)
         return message
+
+    async def post_send(self, message: TaskiqMessage) -> None:
+        await self._die_if_chosen(KILL_AFTER, message)
 
 
 _broker_options: dict[str, Any] = {}
@@ -265,8 +277,25 @@ async def compensate(chain_id: str, index: int) -> None:
 @broker.task(task_name=ON_ERROR_TASK)
 @running
 async def on_error(failure: ChainFailure) -> None:
-    """A chain's error continuation: says it ran, and for which step."""
+    """A chain's error continuation: says it ran, for which step; hangs if chosen."""
+    await hang_if_chosen(f"{failure.chain_id}~on_error")
     await obs().rpush(obs_key("on_error"), json.dumps([failure.chain_id, failure.step]))
+
+
+@broker.task(task_name="fault_app.failing_member")
+async def failing_member(group_id: str, index: int) -> None:
+    """A member that fails for good."""
+    msg = f"member {group_id}~{index} failed on purpose"
+    raise RuntimeError(msg)
+
+
+@broker.task(task_name=GROUP_ON_ERROR_TASK)
+@running
+async def group_failed(result: GroupResult) -> None:
+    """A group's error continuation: says it ran, and with how many failures."""
+    await obs().rpush(
+        obs_key("group_on_error"), json.dumps([result.group_id, result.failed_count])
+    )
 
 
 @broker.task(task_name="fault_app.nudge")

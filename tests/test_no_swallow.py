@@ -13,7 +13,7 @@ from taskiq import InMemoryBroker, TaskiqMessage, TaskiqResult
 from local_redis import free_port
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
-from taskiq_fanin.model.labels import CONTINUATION_LABEL, MEMBER_LABEL
+from taskiq_fanin.model.labels import CONTINUATION_LABEL, MEMBER_LABEL, OnErrorRef
 
 RETRY_FOR = 0.5
 
@@ -60,8 +60,9 @@ async def test_an_outcome_that_cannot_be_recorded_raises_after_retrying(
         {CONTINUATION_LABEL: "g/tok/then"},
         {CHAIN_LABEL: ChainCursor(id="c", token="tok", index=0).label()[CHAIN_LABEL]},
         {MEMBER_LABEL: "g/0/tok", "fanin_cancellable": "1"},
+        OnErrorRef(chain_id="c", token="tok").label(),
     ],
-    ids=["continuation", "chain step", "cancellable member"],
+    ids=["continuation", "chain step", "cancellable member", "chain on_error"],
 )
 async def test_a_guard_that_cannot_be_asked_runs_no_body(
     away: FanInMiddleware, labels: dict[str, str]

@@ -38,10 +38,12 @@ ANSWERS: dict[str, type[enum.IntEnum] | None] = {
     "appendLedger": Applied,
     "beginContinuation": Begin,
     "beginFailingChain": Failed,
+    "beginOnError": Begin,
     "beginStep": Begin,
     "cancelChain": Cancel,
     "cancelGroup": Applied,
     "collectOutcomes": None,
+    "completeOnError": Applied,
     "createGroup": Created,
     "endFailingChain": Applied,
     "finishChain": Finished,
@@ -59,6 +61,7 @@ ANSWERS: dict[str, type[enum.IntEnum] | None] = {
     "redriveGroup": Applied,
     "releaseContinuation": Applied,
     "releaseLock": Applied,
+    "releaseOnError": Applied,
     "releasePlanner": Applied,
     "releaseStep": Applied,
     "scheduleSweep": Applied,
@@ -248,6 +251,11 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     await chains.keep(chain, token=token, step=1, until_ms=2**40)
     await chains.begin_failing(chain, token=token, step=1, error="{}", delivery="d")
     await chains.end_failing(chain, token=token)
+    await chains.begin_on_error(
+        chain, token=token, attempt=0, delivery="d", lease_ms=1_000
+    )
+    await chains.release_on_error(chain, token=token, attempt=0)
+    await chains.complete_on_error(chain, token=token)
     await chains.finish(chain, token=token, step=1, delivery="d")
     await chains.cancel(chain)
 

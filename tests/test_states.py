@@ -17,6 +17,7 @@ from taskiq_fanin.model.states import (
     CONTINUATION_MOVES,
     GROUP_MOVES,
     MOVES,
+    ON_ERROR_MOVES,
     may_move,
 )
 from taskiq_fanin.store.scripts import prelude
@@ -42,7 +43,9 @@ def every_pair() -> list[tuple[str, str, str]]:
     return pairs
 
 
-@pytest.mark.parametrize("tables", [(GROUP_MOVES, CONTINUATION_MOVES), (CHAIN_MOVES,)])
+@pytest.mark.parametrize(
+    "tables", [(GROUP_MOVES, CONTINUATION_MOVES), (CHAIN_MOVES,), (ON_ERROR_MOVES,)]
+)
 def test_no_table_has_a_way_back(tables: tuple[dict[str, frozenset[str]], ...]) -> None:
     moves: dict[str, frozenset[str]] = {}
     for table in tables:

@@ -20,11 +20,11 @@ from taskiq_fanin.model.errors import (
     MiddlewareNotFoundError,
     shown,
 )
-from taskiq_fanin.model.ids import chain_on_error_id, is_derived, is_valid_id
+from taskiq_fanin.model.ids import is_derived, is_valid_id
 from taskiq_fanin.model.labels import (
-    ON_ERROR_OF_LABEL,
     ContinuationRef,
     MemberRef,
+    OnErrorRef,
     depth_of,
 )
 from taskiq_fanin.model.options import GroupOptions
@@ -146,9 +146,9 @@ def _derived_task_ids(labels: dict[str, Any]) -> set[str]:
         for ref in refs
         if ref is not None
     }
-    failed_chain = labels.get(ON_ERROR_OF_LABEL)
-    if failed_chain is not None and is_valid_id(str(failed_chain), derived=True):
-        ids.add(chain_on_error_id(str(failed_chain)))
+    failed_chain = OnErrorRef.from_labels(labels)
+    if failed_chain is not None:
+        ids.add(failed_chain.task_id)
     return ids
 
 

@@ -13,7 +13,7 @@ its compensations run as for a failure.
 
 from taskiq import TaskiqResult
 
-from taskiq_fanin.chains import index, launch, record, tasks
+from taskiq_fanin.chains import index, launch, on_error, record, tasks
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.membership import (
     cancelled_result,
@@ -26,13 +26,11 @@ from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import FanInError
 from taskiq_fanin.model.ids import (
-    chain_on_error_id,
     step_id,
     step_undo_id,
     undo_chain_id,
     validate_chain_id,
 )
-from taskiq_fanin.model.labels import ON_ERROR_OF_LABEL
 from taskiq_fanin.model.results import ChainFailure, ChainState, MemberError, StepError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
@@ -52,12 +50,7 @@ async def after_failure(
             names[cursor.index] if cursor.index < len(names) else "",
             StepError.model_validate_json(summary),
         )
-        await (
-            cursor.on_error.with_labels(**{ON_ERROR_OF_LABEL: cursor.id})
-            .kicker(ctx.kicker)
-            .with_task_id(chain_on_error_id(cursor.id))
-            .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
-        )
+        await on_error.kick(ctx, cursor, failure)
     await compensate(ctx, undo_chain_id(cursor.id), compensations)
     await ctx.chain_scripts.end_failing(
         record.keys_of(ctx, cursor.id), token=cursor.token
@@ -67,9 +60,9 @@ async def after_failure(
 async def finish_failing(ctx: FanInContext, chain_id: str, pending: str) -> None:
     """Finish a chain a crash left ``failing`` (the sweep): the same kicks again.
 
-    ``on_error`` has the failed step's deterministic task id and the undo chain
-    its own id, started once: only a crash exactly between a kick and the
-    record's ``failed`` repeats a kick.
+    ``on_error`` may have been kicked already (its worker died after the kick):
+    its run guard runs one copy to its end (``on_error.py``); the undo chain
+    has its own id, started once.
     """
     keys = record.keys_of(ctx, chain_id)
     found = await ctx.chain_scripts.read(keys)

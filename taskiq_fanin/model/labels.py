@@ -10,7 +10,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from taskiq_fanin.model.ids import continuation_task_id, is_valid_id, member_task_id
+from taskiq_fanin.model.ids import (
+    chain_on_error_id,
+    continuation_task_id,
+    is_valid_id,
+    member_task_id,
+)
 
 logger = logging.getLogger("taskiq_fanin")
 
@@ -22,7 +27,8 @@ DEPTH_LABEL = "fanin_depth"
 CANCELLABLE_LABEL = "fanin_cancellable"
 #: On a continuation: ``<group id>/<group token>/<then or on_error>``.
 CONTINUATION_LABEL = "fanin_continuation"
-#: On a chain's error continuation: the id of the chain whose failure it is.
+#: On a chain's error continuation: ``<chain id>/<chain token>``, the chain
+#: whose failure it is.
 ON_ERROR_OF_LABEL = "fanin_on_error_of"
 #: The label taskiq's retry middlewares count a task's attempts in.
 RETRIES_LABEL = "_retries"
@@ -57,7 +63,7 @@ def not_ours(label: str, value: str) -> None:
     logger.warning("Malformed %s label %r ignored: not ours", label, value[:200])
 
 
-def _group(group_id: str, token: str) -> bool:
+def _workflow(group_id: str, token: str) -> bool:
     return (
         0 < len(token) <= _LONGEST_TOKEN
         and token.isascii()
@@ -98,7 +104,7 @@ class MemberRef:
     def parse(cls, value: str) -> "MemberRef | None":
         """Parse a member label's value, or ``None`` (logged once) if malformed."""
         parts = value.split("/")
-        if len(parts) == 3 and _group(parts[0], parts[2]):
+        if len(parts) == 3 and _workflow(parts[0], parts[2]):
             index = count(parts[1])
             if index is not None:
                 return cls(group_id=parts[0], index=index, token=parts[2])
@@ -130,9 +136,38 @@ class ContinuationRef:
         if value is None:
             return None
         parts = str(value).split("/")
-        if len(parts) == 3 and _group(parts[0], parts[1]) and parts[2] in KINDS:
+        if len(parts) == 3 and _workflow(parts[0], parts[1]) and parts[2] in KINDS:
             return cls(group_id=parts[0], token=parts[1], kind=parts[2])
         not_ours(CONTINUATION_LABEL, str(value))
+        return None
+
+
+@dataclass(frozen=True)
+class OnErrorRef:
+    """The chain whose error continuation (``on_error``) a message is."""
+
+    chain_id: str
+    token: str
+
+    def label(self) -> dict[str, str]:
+        """The label that carries this reference."""
+        return {ON_ERROR_OF_LABEL: f"{self.chain_id}/{self.token}"}
+
+    @property
+    def task_id(self) -> str:
+        """Deterministic task id: the sweep's kick again is the same task."""
+        return chain_on_error_id(self.chain_id)
+
+    @classmethod
+    def from_labels(cls, labels: dict[str, Any]) -> "OnErrorRef | None":
+        """Parse the error continuation's label, or ``None`` if absent or malformed."""
+        value = labels.get(ON_ERROR_OF_LABEL)
+        if value is None:
+            return None
+        parts = str(value).split("/")
+        if len(parts) == 2 and _workflow(parts[0], parts[1]):
+            return cls(chain_id=parts[0], token=parts[1])
+        not_ours(ON_ERROR_OF_LABEL, str(value))
         return None
 
 

@@ -1,8 +1,9 @@
 """The only state changes each record allows: states only move forward.
 
 A group's meta holds the group's state and, from its dispatch on, its
-continuation's; a chain's record holds the chain's. The Lua scripts change a
-state only through these tables (``store/lua/prelude.lua`` gets them rendered
+continuation's; a chain's record holds the chain's, and (in a field of its own)
+its error continuation's. The Lua scripts change a state only through these
+tables (``store/lua/prelude.lua`` gets them rendered
 in), and a script asked for any other move fails instead of writing it.
 """
 
@@ -39,11 +40,22 @@ CHAIN_MOVES: dict[str, frozenset[str]] = {
     "cancelled": frozenset(),
 }
 
-#: What the scripts follow, by the hash whose ``state`` field they change: a
-#: group's meta (the group's states, then its continuation's) and a chain's record.
+#: A chain's error continuation (``on_error``), once its chain failed and kicked
+#: it: it runs (one copy at a time: a run lease renewed or released within
+#: ``running``), then completes, and no copy runs after that.
+ON_ERROR_MOVES: dict[str, frozenset[str]] = {
+    "kicked": frozenset({"running"}),
+    "running": frozenset({"completed"}),
+    "completed": frozenset(),
+}
+
+#: What the scripts follow, by record: a group's meta (the group's states, then
+#: its continuation's), a chain's record, and the error continuation's state in
+#: that record (its own field, not ``state``).
 MOVES: dict[str, dict[str, frozenset[str]]] = {
     "group": {**GROUP_MOVES, **CONTINUATION_MOVES},
     "chain": CHAIN_MOVES,
+    "on_error": ON_ERROR_MOVES,
 }
 
 

@@ -183,6 +183,28 @@ class ChainScripts:
         reply = await self._call_record("releaseStep", keys, args)
         return Applied(reply) is Applied.APPLIED
 
+    async def begin_on_error(
+        self, keys: ChainKeys, *, token: str, attempt: int, delivery: str, lease_ms: int
+    ) -> Begin:
+        """May this delivery of the chain's error continuation run (one copy, once)?
+
+        Asked again by the same delivery, it renews its lease.
+        """
+        args: Args = [token, attempt, delivery, lease_ms]
+        return Begin(await self._call_record("beginOnError", keys, args))
+
+    async def release_on_error(
+        self, keys: ChainKeys, *, token: str, attempt: int
+    ) -> bool:
+        """Give up an error continuation attempt's run lease: its retry may run."""
+        reply = await self._call_record("releaseOnError", keys, [token, attempt])
+        return Applied(reply) is Applied.APPLIED
+
+    async def complete_on_error(self, keys: ChainKeys, *, token: str) -> bool:
+        """The error continuation ran to its end: no copy of it runs any more."""
+        reply = await self._call_record("completeOnError", keys, [token])
+        return Applied(reply) is Applied.APPLIED
+
     async def inspect(self, keys: ChainKeys) -> tuple[ChainRecord, int] | None:
         """The record and Redis's now (epoch ms); ``None`` if the chain is gone."""
         reply = await self._call_record("inspectChain", keys, [])

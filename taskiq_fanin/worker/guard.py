@@ -1,8 +1,9 @@
 """The run guard: whether a message's body may run, asked before it runs.
 
 A continuation runs only with its run lease (one copy at a time, none after it
-completed); a chain step only while its chain is at it, with the step's lease;
-a member of a cancellable group only while the group is not cancelled.
+completed), and so does a chain's error continuation; a chain step only while
+its chain is at it, with the step's lease; a member of a cancellable group only
+while the group is not cancelled.
 """
 
 import functools
@@ -11,15 +12,17 @@ from dataclasses import dataclass, field
 
 from taskiq import TaskiqMessage
 
-from taskiq_fanin.chains import record, saga
+from taskiq_fanin.chains import on_error, record, saga
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import continuation
 from taskiq_fanin.model.labels import (
     CANCELLABLE_LABEL,
     CONTINUATION_LABEL,
+    ON_ERROR_OF_LABEL,
     ContinuationRef,
     MemberRef,
+    OnErrorRef,
     attempt_of,
 )
 from taskiq_fanin.store.replies import Begin
@@ -28,7 +31,7 @@ from taskiq_fanin.worker.leases import Renew
 logger = logging.getLogger("taskiq_fanin")
 
 #: The labels whose message the guard asks Redis about before it runs.
-GUARDED = (CONTINUATION_LABEL, CHAIN_LABEL, CANCELLABLE_LABEL)
+GUARDED = (CONTINUATION_LABEL, CHAIN_LABEL, ON_ERROR_OF_LABEL, CANCELLABLE_LABEL)
 
 
 def applies(labels: dict[str, object]) -> bool:
@@ -64,6 +67,16 @@ async def may_run(
             logger.info("Group %s: continuation %s", ref.group_id, _said[begun])
             return Verdict(begun)
         leases.append(continuation_lease)
+    failed_chain = OnErrorRef.from_labels(message.labels)
+    if failed_chain is not None:
+        on_error_lease: Renew = functools.partial(
+            on_error.begin, ctx, failed_chain, attempt=attempt, delivery=delivery
+        )
+        begun = await on_error_lease()
+        if begun is not Begin.RUN:
+            logger.info("Chain %s: on_error %s", failed_chain.chain_id, _said[begun])
+            return Verdict(begun)
+        leases.append(on_error_lease)
     cursor = ChainCursor.from_labels(message.labels)
     if cursor is not None:
         step_lease: Renew = functools.partial(

@@ -1,23 +1,26 @@
 """What a worker records when a message's body has run.
 
-A member's outcome, a chain's transition, a continuation's completion: each
-part once, even when the whole is retried after Redis was away. A member's
-outcome is made here, once, and handed to the group engine to record.
+A member's outcome, a chain's transition, a continuation's (or a chain's error
+continuation's) completion: each part once, even when the whole is retried
+after Redis was away. A member's outcome is made here, once, and handed to the
+group engine to record.
 """
 
 from typing import Any
 
 from taskiq import TaskiqMessage, TaskiqResult
 
-from taskiq_fanin.chains import progress, record
+from taskiq_fanin.chains import on_error, progress, record
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
 from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.groups import continuation
 from taskiq_fanin.groups import recording as member_recording
 from taskiq_fanin.model.labels import (
     CONTINUATION_LABEL,
+    ON_ERROR_OF_LABEL,
     ContinuationRef,
     MemberRef,
+    OnErrorRef,
     attempt_of,
 )
 from taskiq_fanin.worker.ending import Ending
@@ -54,13 +57,17 @@ class Recording:
     @staticmethod
     def applies(labels: dict[str, object]) -> bool:
         """Whether a message that is no member has anything to record."""
-        return CONTINUATION_LABEL in labels or CHAIN_LABEL in labels
+        return any(
+            label in labels
+            for label in (CONTINUATION_LABEL, CHAIN_LABEL, ON_ERROR_OF_LABEL)
+        )
 
     async def run(self) -> None:
         """Record what is left to record (the whole, the first time)."""
         ctx, labels, delivery = self.ctx, self.message.labels, self.delivery
         ref = ContinuationRef.from_labels(labels)
         cursor = ChainCursor.from_labels(labels)
+        failed_chain = OnErrorRef.from_labels(labels)
         attempt = attempt_of(labels)
         if self.ending is Ending.SKIPPED:
             return
@@ -71,6 +78,8 @@ class Recording:
                 await continuation.release(ctx, ref, attempt=attempt)
             if cursor is not None:
                 await record.release_step(ctx, cursor, attempt=attempt)
+            if failed_chain is not None:
+                await on_error.release(ctx, failed_chain, attempt=attempt)
             return
         member, made = self.member, self.outcome
         if member is not None and made is not None and "member" not in self.done:
@@ -86,3 +95,5 @@ class Recording:
             self.done.add("chain")
         if ref is not None:
             await continuation.complete(ctx, ref)
+        if failed_chain is not None:
+            await on_error.complete(ctx, failed_chain)

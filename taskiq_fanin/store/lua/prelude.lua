@@ -25,13 +25,20 @@ local function may_move(record, from, to)
   return allowed ~= nil and allowed[to] == true
 end
 
--- Set the hash's state from `from` to `to` (and any more field/value pairs).
-local function move(key, record, from, to, ...)
+-- Set the hash's `field` from `from` to `to` (and any more field/value pairs):
+-- the state of a record kept in a field of another's hash (a chain's error
+-- continuation, in its chain's record).
+local function move_field(key, record, field, from, to, ...)
   if not may_move(record, from, to) then
     error('taskiq-fanin: a ' .. record .. ' may not move from ' .. tostring(from) ..
       ' to ' .. tostring(to))
   end
-  redis.call('HSET', key, 'state', to, ...)
+  redis.call('HSET', key, field, to, ...)
+end
+
+-- Set the hash's state from `from` to `to` (and any more field/value pairs).
+local function move(key, record, from, to, ...)
+  move_field(key, record, 'state', from, to, ...)
 end
 
 -- Whether the sweep gave the chain up at this very step (the step may have

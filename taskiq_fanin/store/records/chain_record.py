@@ -45,6 +45,10 @@ class ChainRecord:
         "step_undo": "step_undo",
         "given_up_step": "given_up_step",
         "moved_by": "moved_by",
+        "on_error_state": "on_error_state",
+        "on_error_until": "on_error_until",
+        "on_error_attempt": "on_error_attempt",
+        "on_error_by": "on_error_by",
     }
 
     token: str = ""
@@ -84,6 +88,13 @@ class ChainRecord:
     #: undoes itself.
     given_up_step: int | None = None
     moved_by: str = ""
+    #: The error continuation's state once a copy of it began ('': none did;
+    #: ``states.ON_ERROR_MOVES``) and its run lease: until when, which attempt,
+    #: whose delivery.
+    on_error_state: str = ""
+    on_error_until: int = 0
+    on_error_attempt: int = 0
+    on_error_by: str = ""
 
     @classmethod
     def from_hash(cls, raw: RawHash) -> "ChainRecord":
@@ -119,6 +130,10 @@ class ChainRecord:
             step_undo=f.get("step_undo", ""),
             given_up_step=as_time(f, "given_up_step"),
             moved_by=f.get("moved_by", ""),
+            on_error_state=f.get("on_error_state", ""),
+            on_error_until=as_int(f, "on_error_until"),
+            on_error_attempt=as_int(f, "on_error_attempt"),
+            on_error_by=f.get("on_error_by", ""),
         )
 
     @property

@@ -1,0 +1,373 @@
+"""An error continuation runs once, however a failure's aftermath is interrupted.
+
+A chain's ``on_error`` and a group's (``failure_policy="fail"``) are bodies the
+library kicks like any continuation: a worker SIGKILLed just after the kick,
+before what comes next (the compensations, the dispatch's record) leaves the
+sweep to kick it again, and both copies reach a worker. Real ``taskiq worker``
+processes of ``tests.fault_app`` on a RedisStreamBroker; every count is read
+from the observation server once the stream is drained (``Rig.drained``), so a
+second run would have shown. Then taskiq's retry middlewares on an ``on_error``
+that fails: its retry runs (the guard lets it), and nothing else does; and the
+guard's scripts, on fakeredis and a real server.
+"""
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+from redis.asyncio import Redis
+from taskiq import SimpleRetryMiddleware, SmartRetryMiddleware, TaskiqMiddleware
+
+from taskiq_fanin import (
+    ChainFailure,
+    ChainHandle,
+    GroupResult,
+    Signature,
+    chain,
+    group,
+    sweep,
+)
+from taskiq_fanin.api.chains import Chain
+from taskiq_fanin.store.chain_scripts import ChainScripts
+from taskiq_fanin.store.keys import ChainKeys
+from taskiq_fanin.store.pipeline import PipelineBatcher
+from taskiq_fanin.store.records import ChainRecord
+from taskiq_fanin.store.replies import Begin, Failed
+from taskiq_fanin.sweeping import FindingKind
+from tests.fault_harness import Rig, alive, fault_rig, nudging, summary
+from tests.harness import drained, eventually, stream_broker, worker
+from tests.test_faults import (
+    RECOVERY,
+    SHORT_LEASE,
+    killed_by_kill_switch,
+    state_of,
+    sweep_until,
+)
+
+
+async def _flagged(rig: Rig, name: str) -> bool:
+    return await rig.flag(name) is not None
+
+
+async def _failed_and_drained(rig: Rig, handle: ChainHandle) -> bool:
+    return (await handle.status()).state.value == "failed" and await rig.drained()
+
+
+def saga(rig: Rig, chain_id: str) -> Chain:
+    """Two steps that each have a compensation, then one that fails for good."""
+    app = rig.app
+    return chain(
+        Signature.of(app.step, 0, chain_id, 0).with_compensation(
+            Signature.of(app.compensate, chain_id, 0)
+        ),
+        Signature.of(app.step, chain_id, 1).with_compensation(
+            Signature.of(app.compensate, chain_id, 1)
+        ),
+        Signature.of(app.fail_step, chain_id),
+        on_error=app.on_error,
+        chain_id=chain_id,
+    )
+
+
+@pytest.mark.faults
+async def test_a_chain_whose_worker_died_after_kicking_on_error_runs_it_once(
+    tmp_path, monkeypatch
+):
+    """The worker dies once ``on_error`` is on the stream, before the
+    compensations are kicked: the chain stays ``failing``; the sweep kicks
+    ``on_error`` again and starts the compensations. Both copies of ``on_error``
+    are delivered; one runs."""
+    async with fault_rig(
+        tmp_path, monkeypatch, KILL_AFTER="on_error", FINALISER_LEASE="1", DEADLINE="2"
+    ) as rig:
+        started = time.monotonic()
+        with rig.worker("a"), rig.worker("b"):
+            handle = await saga(rig, "saga").kiq(rig.app.broker)
+            await eventually(lambda: _flagged(rig, "killed"), what="the worker to die")
+            pid, sent = await killed_by_kill_switch(rig)
+            failing = await handle.status()
+            async with nudging(rig):
+                _, sweeps = await sweep_until(rig, FindingKind.CHAIN_FAILING)
+                await eventually(
+                    lambda: _failed_and_drained(rig, handle),
+                    timeout=RECOVERY,
+                    what="the chain to end and the stream to drain",
+                )
+            on_errors = [json.loads(item) for item in await rig.listed("on_error")]
+            deliveries = await rig.delivered_id("saga~on_error")
+            compensations = await rig.listed("compensations")
+            status = await handle.status()
+
+    summary(
+        "chain SIGKILLed after kicking on_error",
+        faults="1 SIGKILL (in post_send of on_error)",
+        sweeps=sweeps,
+        on_error_deliveries=deliveries,
+        on_error_run=len(on_errors),
+        compensations_run=len(compensations),
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert not alive(pid)
+    assert (sent, failing.state.value) == ("saga~on_error", "failing")
+    assert deliveries >= 2  # the dead worker's kick and the sweep's
+    assert on_errors == [["saga", 2]]
+    assert compensations == ["saga~1", "saga~0"]  # each once, last first
+    assert (status.state.value, status.failed_step) == ("failed", 2)
+
+
+#: What a worker's guard logs when it refuses a copy of the group's on_error.
+REFUSED = (
+    "Group grp: continuation skipped",
+    "Group grp: continuation running elsewhere",
+)
+
+
+@pytest.mark.faults
+async def test_a_group_whose_finaliser_died_after_kicking_on_error_runs_it_once(
+    tmp_path, monkeypatch
+):
+    """Under failure policy ``fail``: the finaliser dies once the group's
+    ``on_error`` is on the stream, before the dispatch is recorded; the sweep
+    dispatches it again. Both copies are delivered; one runs."""
+    members = 3
+    async with fault_rig(
+        tmp_path, monkeypatch, KILL_AFTER="continuation", FINALISER_LEASE="1"
+    ) as rig:
+        app = rig.app
+        started = time.monotonic()
+        with rig.worker("a"), rig.worker("b"):
+            await group(
+                [Signature.of(app.failing_member, "grp", i) for i in range(members)],
+                on_error=app.group_failed,
+                failure_policy="fail",
+                group_id="grp",
+            ).kiq(app.broker)
+            await eventually(lambda: _flagged(rig, "killed"), what="the worker to die")
+            pid, sent = await killed_by_kill_switch(rig)
+
+            found: list[FindingKind] = []
+
+            async def swept_until_completed_and_drained() -> bool:
+                # The sweep dispatches it again (finaliser_lost), unless a
+                # redelivered member's retry of the finalising got there first.
+                found.extend(f.kind for f in (await sweep(app.broker)).findings)
+                return await rig.drained() and await state_of(rig, "grp") == "completed"
+
+            async with nudging(rig):
+                await eventually(
+                    swept_until_completed_and_drained,
+                    timeout=RECOVERY,
+                    what="the group to complete and the stream to drain",
+                )
+
+                async def refused_a_copy() -> bool:
+                    return any(said in rig.worker_logs() for said in REFUSED)
+
+                # The second dispatch (the sweep's, or a redelivered claimant's)
+                # reached a worker's guard, then nothing is left to run.
+                await eventually(refused_a_copy, what="a second copy refused")
+                await eventually(rig.drained, timeout=RECOVERY, what="the drain")
+            ran = [json.loads(item) for item in await rig.listed("group_on_error")]
+            deliveries = await rig.delivered_id("grp~on_error")
+
+    summary(
+        "group finaliser SIGKILLed after kicking on_error",
+        faults="1 SIGKILL (in post_send of the group's on_error)",
+        sweep_findings=sorted({kind.value for kind in found}),
+        on_error_deliveries=deliveries,
+        on_error_run=len(ran),
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert not alive(pid)
+    assert sent == "grp~on_error"
+    assert deliveries >= 1  # counted by the app; the refusal above is the proof
+    assert ran == [["grp", members]]
+
+
+@pytest.mark.faults
+async def test_an_on_error_whose_worker_is_killed_mid_run_runs_again_once(
+    tmp_path, monkeypatch
+):
+    """The guard holds no dead copy's lease for ever: the copy the broker
+    delivers again after the worker died runs once the lease has run out."""
+    async with fault_rig(
+        tmp_path, monkeypatch, HANG="mid~on_error", DEADLINE="8", **SHORT_LEASE
+    ) as rig:
+        started = time.monotonic()
+        with rig.worker("a"), rig.worker("b"):
+            await saga(rig, "mid").kiq(rig.app.broker)
+            await eventually(lambda: _flagged(rig, "hung"), what="on_error to hang")
+            pid = int(await rig.flag("hung") or 0)
+            os.kill(pid, signal.SIGKILL)
+
+            async def ran_and_drained() -> bool:
+                return await rig.count("on_error") >= 1 and await rig.drained()
+
+            async with nudging(rig) as nudges:
+                await eventually(
+                    ran_and_drained, timeout=RECOVERY, what="on_error to run again"
+                )
+            on_errors = [json.loads(item) for item in await rig.listed("on_error")]
+            starts = (await rig.counted("started")).get("mid~on_error", 0)
+            deliveries = await rig.delivered_id("mid~on_error")
+
+    summary(
+        "on_error SIGKILLed mid-run",
+        faults="1 SIGKILL",
+        on_error_deliveries=deliveries,
+        on_error_starts=starts,
+        on_error_completed=len(on_errors),
+        nudges=nudges.sent,
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert not alive(pid)
+    assert deliveries >= 2  # the killed delivery, and the one after it
+    assert starts >= 2
+    assert on_errors == [["mid", 2]]
+
+
+# -- taskiq's retry middlewares on an on_error that fails -----------------------
+
+
+def _simple() -> TaskiqMiddleware:
+    return SimpleRetryMiddleware(default_retry_count=3)
+
+
+def _smart() -> TaskiqMiddleware:
+    return SmartRetryMiddleware(
+        default_retry_count=3,
+        default_delay=0,
+        use_jitter=False,
+        use_delay_exponent=False,
+    )
+
+
+@pytest.mark.parametrize("retry", [_simple, _smart], ids=["simple", "smart"])
+@pytest.mark.parametrize("where", ["chain", "group"])
+async def test_an_on_error_that_fails_is_retried_and_runs_to_its_end_once(
+    redis_url: str,
+    key_prefix: str,
+    retry: Callable[[], TaskiqMiddleware],
+    where: str,
+) -> None:
+    """``retry_on_error``: its first two attempts fail, the third succeeds; no
+    attempt runs twice and none is blocked by the guard."""
+    broker, _ = stream_broker(redis_url, key_prefix, retry())
+    attempts: list[str] = []
+    ended: list[str] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    def attempt(kind: str) -> None:
+        attempts.append(kind)
+        if len(attempts) < 3:
+            raise RuntimeError(f"on_error attempt {len(attempts)} fails")
+        ended.append(kind)
+
+    @broker.task(retry_on_error=True, max_retries=3)
+    async def chain_failed(failure: ChainFailure) -> None:
+        attempt(type(failure).__name__)
+
+    @broker.task(retry_on_error=True, max_retries=3)
+    async def group_failed(result: GroupResult) -> None:
+        attempt(type(result).__name__)
+
+    async with worker(broker, max_async_tasks=4) as receiver:
+        if where == "chain":
+            await chain(Signature.of(fails), on_error=chain_failed).kiq(broker)
+        else:
+            await group(
+                [Signature.of(fails)], on_error=group_failed, failure_policy="fail"
+            ).kiq(broker)
+        await eventually(lambda: len(ended) == 1, what="on_error to succeed")
+        await drained(broker, receiver)
+
+    kind = "ChainFailure" if where == "chain" else "GroupResult"
+    assert attempts == [kind] * 3
+    assert ended == [kind]
+
+
+# -- the guard's scripts ----------------------------------------------------------
+
+
+async def _failed_chain(
+    client: Redis, key_prefix: str
+) -> tuple[ChainScripts, ChainKeys]:
+    """A one-step chain failed at its step, its on_error kicked."""
+    scripts = ChainScripts(client, PipelineBatcher(client))
+    keys = ChainKeys(key_prefix, "c")
+    await scripts.start(
+        keys, token="tok", names="[]", steps=1, ttl_ms=60_000, pending="",
+        deadline_ms=60_000,
+    )  # fmt: skip
+    failed, _ = await scripts.begin_failing(
+        keys, token="tok", step=0, error="{}", delivery="step"
+    )
+    assert failed is Failed.FAILING
+    assert await scripts.end_failing(keys, token="tok")
+    return scripts, keys
+
+
+async def _state(client: Redis, keys: ChainKeys) -> ChainRecord:
+    return ChainRecord.from_hash(await client.hgetall(keys.record))
+
+
+async def test_one_copy_of_on_error_runs_at_a_time_and_none_after_it_ran(
+    client: Redis, key_prefix: str
+) -> None:
+    scripts, keys = await _failed_chain(client, key_prefix)
+
+    async def begin(delivery: str, attempt: int = 0, token: str = "tok") -> Begin:
+        return await scripts.begin_on_error(
+            keys, token=token, attempt=attempt, delivery=delivery, lease_ms=60_000
+        )
+
+    assert await begin("d1") is Begin.RUN
+    assert (await _state(client, keys)).on_error_state == "running"
+    assert await begin("d2") is Begin.RUNNING_ELSEWHERE
+    assert await begin("d1") is Begin.RUN  # the same delivery renews its lease
+    # d1's worker died: once its lease is over, a redelivered copy runs.
+    await client.hset(keys.record, "on_error_until", 0)
+    assert await begin("d2") is Begin.RUN
+    assert await scripts.complete_on_error(keys, token="tok")
+    assert not await scripts.complete_on_error(keys, token="tok")  # once
+    assert await begin("d3") is Begin.SKIP
+    assert await begin("d4", attempt=5) is Begin.SKIP  # even a later attempt
+    found = await _state(client, keys)
+    assert (found.on_error_state, found.state.value) == ("completed", "failed")
+    # Another chain's token, or no record at all: run rather than lose the work.
+    assert await begin("d5", token="other") is Begin.RUN
+    gone = ChainKeys(key_prefix, "gone")
+    assert await scripts.begin_on_error(
+        gone, token="tok", attempt=0, delivery="d6", lease_ms=60_000
+    ) is Begin.RUN  # fmt: skip
+
+
+async def test_a_failed_attempt_of_on_error_lets_its_retry_run(
+    client: Redis, key_prefix: str
+) -> None:
+    """The retry middleware kicks attempt 1 before attempt 0 releases its lease."""
+    scripts, keys = await _failed_chain(client, key_prefix)
+
+    async def begin(delivery: str, attempt: int) -> Begin:
+        return await scripts.begin_on_error(
+            keys, token="tok", attempt=attempt, delivery=delivery, lease_ms=60_000
+        )
+
+    assert await begin("a0", 0) is Begin.RUN
+    assert await begin("a1", 1) is Begin.RUN  # the retry takes the lease over
+    assert await begin("a1-copy", 1) is Begin.RUNNING_ELSEWHERE
+    assert await begin("a0-copy", 0) is Begin.RUNNING_ELSEWHERE
+    # Attempt 0's worker releases late: the retry's lease stays.
+    assert not await scripts.release_on_error(keys, token="tok", attempt=0)
+    assert (await _state(client, keys)).on_error_until > 0
+    # Attempt 1 fails too and releases: a copy of it may run, the state stays.
+    assert await scripts.release_on_error(keys, token="tok", attempt=1)
+    found = await _state(client, keys)
+    assert (found.on_error_state, found.on_error_until) == ("running", 0)
+    assert await begin("a1-copy", 1) is Begin.RUN
