@@ -30,7 +30,7 @@ from tests.test_scripts import create
 #: Redis commands that change data, as the scripts call them.
 WRITES = re.compile(
     r"call\('(SET|HSET|SADD|DEL|UNLINK|HDEL|HINCRBY|PEXPIRE|PEXPIREAT|RPUSH|ZADD|"
-    r"ZREM|SREM|LPUSH|INCR|EXPIRE|HSETNX)'|\bmove\(|keep_for_reading\("
+    r"ZREM|SREM|LPUSH|INCR|EXPIRE|HSETNX)'|\bmove(_field)?\(|keep_for_reading\("
 )
 
 
