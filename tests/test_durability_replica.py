@@ -37,9 +37,16 @@ def pair() -> Iterator[tuple[RedisServer, RedisServer]]:
 
 
 async def replica_in_sync(primary: RedisServer) -> bool:
+    """A write on the primary acknowledged by the replica: linked is not enough
+    (a replica still loading its first sync is counted by a bare WAIT, yet
+    acknowledges nothing: a planner's WAIT then timed out in CI)."""
     client = Redis.from_url(primary.url)
     try:
-        return int(await client.execute_command("WAIT", 1, 100)) >= 1
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.set("durable:synced", 1, px=10_000)
+            pipe.execute_command("WAIT", 1, 100)
+            _, acknowledged = await pipe.execute()
+        return int(acknowledged) >= 1
     finally:
         await client.aclose()
 
