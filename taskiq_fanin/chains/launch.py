@@ -38,18 +38,21 @@ async def start(
     member: MemberRef | None = None,
     depth: int = 1,
     checked: bool = False,
+    token: str | None = None,
 ) -> bool:
     """Write the chain's record and kick its first step; False if it existed.
 
     ``checked``: the library starts a plan it checked already (a group's chain
-    member, compensations): see :func:`validate_chain`.
+    member, compensations): see :func:`validate_chain`. ``token``: the chain's,
+    when a caller that may retry chose it: starting again with it kicks the
+    first step again while the chain has not moved (a kick twice is harmless).
     A group of the same id refuses it (``IdInUseError``): nothing is left of it.
     """
     validate_chain(ctx, spec, depth=depth, checked=checked)
     first = spec.steps[0]
     cursor = ChainCursor(
         id=chain_id,
-        token=secrets.token_hex(8),
+        token=token or secrets.token_hex(8),
         index=0,
         rest=spec.steps[1:],
         on_error=spec.on_error,

@@ -38,7 +38,8 @@ class Planned:
     """What planning did."""
 
     group_id: str
-    #: False when a group with this id already existed and nothing was dispatched.
+    #: False when a group with this id already existed (another plan's) and
+    #: nothing was dispatched.
     created: bool
 
 
@@ -46,16 +47,24 @@ class Planned:
 FINISHED = frozenset({GroupState.COMPLETED.value, GroupState.CANCELLED.value})
 
 
-async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
+async def plan_group(
+    ctx: FanInContext,
+    plan: GroupPlan,
+    *,
+    chunks: AsyncGenerator[ledger.Chunk, None] | None = None,
+) -> Planned:
     """Write the group's meta and ledger chunk by chunk, then dispatch every member.
 
     No member is kicked before the whole ledger is durable and sealed. A chain
     of the same id refuses it (``IdInUseError``): nothing is left of it.
+    ``chunks``: the plan's, for a try that may not be the first
+    (``ledger.Replay``). A group this plan's token created counts as created,
+    however many tries it took.
     """
     keys = GroupKeys(ctx.config.prefix, plan.group_id)
     deadline_ms = ms(plan.options.deadline)
     claimant = f"{CLAIMANT}#plan-{plan.token}"
-    parts = ledger.chunks(ctx, plan)
+    parts = chunks if chunks is not None else ledger.chunks(ctx, plan)
     first = await anext(parts)  # a bad member in it raises: nothing is written
 
     def create() -> Awaitable[Creation]:
@@ -88,11 +97,12 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
             raise got_group
         indexed, made = got_index, got_group
     created, token, state = made.created, made.token, made.state
+    ours = created is Created.CREATED or token == plan.token
     in_hand: dict[int, Signature | ChainSpec] | None = None
     if created in (Created.ID_IN_USE, Created.EXISTS):
         await parts.aclose()
         await _not_created(ctx, plan.group_id, created, state, indexed=indexed)
-        return Planned(group_id=plan.group_id, created=False)
+        return Planned(group_id=plan.group_id, created=ours)
     if created is Created.CREATED:
         whole, total = await _write_rest(ctx, keys, token, parts, len(first.entries))
         # The planner holds every member when they were listed (or streamed
@@ -112,11 +122,10 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
     metrics.GROUPS_PLANNED.inc()
     # An empty group is complete at once: its planner (or the same planner
     # again, after the reply was lost) finalises it now.
-    ours = created is Created.CREATED or token == plan.token
     empty = first.last and not first.entries
     if state == GroupState.CLAIMED.value and empty and ours:
         await finalise(ctx, plan.group_id, token, claimant=claimant)
-    return Planned(group_id=plan.group_id, created=created is Created.CREATED)
+    return Planned(group_id=plan.group_id, created=ours)
 
 
 async def _release(ctx: FanInContext, keys: GroupKeys, token: str) -> None:
