@@ -363,3 +363,34 @@ WAITED = "ECHO"
 
 def _last_write(stack: Stack) -> int:
     return max(i for i, c in enumerate(stack) if writes(c))
+
+
+async def test_a_streamed_group_kiq_writes_again_the_chunk_the_replica_missed(
+    rig: tuple[Kicks, FanInMiddleware, dict[str, Any]],
+    refusing: RefusingRedis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its iterator is read once: the retry writes the chunk in flight again
+    from what it holds, then reads on; every member is in the ledger once."""
+    from taskiq_fanin.groups import ledger
+
+    monkeypatch.setattr(ledger, "CHUNK_MEMBERS", 2)
+    broker, _, seen = rig
+    member, then, _, _ = seen["tasks"]
+    await group([Signature.of(member, 0)], group_id="warm").kiq(broker)
+    await settled(broker)
+    refusing.replicas.refuse = times(calls("appendLedger"), 2)
+    seen["members"].clear()
+    read: list[int] = []
+
+    def members() -> Any:
+        for i in range(7):
+            read.append(i)
+            yield Signature.of(member, i)
+
+    await group(members(), then=then, group_id="streamed").kiq(broker)
+    await settled(broker)
+
+    assert read == list(range(7))  # read once
+    assert seen["then"] == [7]
+    assert sorted(seen["members"]) == list(range(7))
