@@ -95,7 +95,7 @@ class PipelineBatcher:
             reply, *waited = await pipe.execute(raise_on_error=False)
         if waits is not None:
             waits.heard(self._client, waited)
-            reply = waits.failure(self._client, written) or reply
+            reply = _replicated(reply, waits.failure(self._client, written))
         if isinstance(reply, Exception):
             raise reply
         return reply
@@ -131,8 +131,7 @@ class PipelineBatcher:
                     continue  # its caller was cancelled
                 outcome = answer
                 if waits is not None and key is not None:
-                    # Done, unless replicated: else as if Redis had not answered.
-                    outcome = waits.failure(self._client, key) or answer
+                    outcome = _replicated(answer, waits.failure(self._client, key))
                 if isinstance(outcome, Exception):
                     reply.set_exception(outcome)
                 else:
@@ -143,6 +142,15 @@ class PipelineBatcher:
             fail_all(batch, exc)
             if not isinstance(exc, Exception):
                 raise
+
+
+def _replicated(answer: Any, failure: Exception | None) -> Any:
+    """A write's reply, unless its replicas missed it: then as if Redis had not
+    answered. A command Redis refused keeps its own error (a script not loaded
+    yet: ``NOSCRIPT``, which loads it; a replica's absence would hide it)."""
+    if failure is None or isinstance(answer, Exception):
+        return answer
+    return failure
 
 
 def fail_all(calls: Sequence[tuple[Any, ...]], exc: BaseException) -> None:
