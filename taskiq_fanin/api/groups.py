@@ -9,8 +9,8 @@ from taskiq import AsyncTaskiqTask
 
 from taskiq_fanin.api.broker import Target, context_of
 from taskiq_fanin.api.checks import wrong_kind
-from taskiq_fanin.context import FanInContext
 from taskiq_fanin.api.retries import cancel_group_riding, riding
+from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import inspection, ledger
 from taskiq_fanin.groups.planning import plan_group
 from taskiq_fanin.groups.validation import validate_group

@@ -145,9 +145,11 @@ class PipelineBatcher:
 
 
 def _replicated(answer: Any, failure: Exception | None) -> Any:
-    """A write's reply, unless its replicas missed it: then as if Redis had not
-    answered. A command Redis refused keeps its own error (a script not loaded
-    yet: ``NOSCRIPT``, which loads it; a replica's absence would hide it)."""
+    """A write's reply, unless its replicas missed it: then as if unanswered.
+
+    A command Redis refused keeps its own error (a script not loaded yet:
+    ``NOSCRIPT``, which loads it; a replica's absence would hide it).
+    """
     if failure is None or isinstance(answer, Exception):
         return answer
     return failure
