@@ -394,3 +394,21 @@ async def test_a_streamed_group_kiq_writes_again_the_chunk_the_replica_missed(
     assert read == list(range(7))  # read once
     assert seen["then"] == [7]
     assert sorted(seen["members"]) == list(range(7))
+
+
+async def test_an_empty_group_whose_plan_the_replica_missed_continues_at_once(
+    rig: tuple[Kicks, FanInMiddleware, dict[str, Any]], refusing: RefusingRedis
+) -> None:
+    """Its first try was written through ``markPlanned``: the retry, told the
+    group exists and is its own, finalises it now, not the sweep a lease on."""
+    broker, _, seen = rig
+    _, then, _, _ = seen["tasks"]
+    await group([], then=then, group_id="warm").kiq(broker)  # scripts loaded
+    await settled(broker)
+    refusing.replicas.refuse = times(calls("markPlanned"), 1)
+    handle = await group([], then=then, group_id="empty").kiq(broker)
+    await settled(broker)
+
+    assert handle.created is True
+    assert broker.kicked.count("empty~then") == 1
+    assert seen["then"] == [0, 0]
