@@ -98,10 +98,16 @@ async def plan_group(
         indexed, made = got_index, got_group
     created, token, state = made.created, made.token, made.state
     ours = created is Created.CREATED or token == plan.token
+    # An empty group is complete at once: its planner (or the same planner
+    # again, after the reply was lost) finalises it.
+    empty = first.last and not first.entries
+    claimed = state == GroupState.CLAIMED.value and empty and ours
     in_hand: dict[int, Signature | ChainSpec] | None = None
     if created in (Created.ID_IN_USE, Created.EXISTS):
         await parts.aclose()
         await _not_created(ctx, plan.group_id, created, state, indexed=indexed)
+        if claimed:  # planned by an earlier try, which did not finalise it
+            await finalise(ctx, plan.group_id, token, claimant=claimant)
         return Planned(group_id=plan.group_id, created=ours)
     if created is Created.CREATED:
         whole, total = await _write_rest(ctx, keys, token, parts, len(first.entries))
@@ -120,10 +126,7 @@ async def plan_group(
         raise
     await ctx.scripts.mark_planned(keys, token=token)
     metrics.GROUPS_PLANNED.inc()
-    # An empty group is complete at once: its planner (or the same planner
-    # again, after the reply was lost) finalises it now.
-    empty = first.last and not first.entries
-    if state == GroupState.CLAIMED.value and empty and ours:
+    if claimed:
         await finalise(ctx, plan.group_id, token, claimant=claimant)
     return Planned(group_id=plan.group_id, created=ours)
 
