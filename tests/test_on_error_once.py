@@ -229,6 +229,175 @@ async def test_an_on_error_whose_worker_is_killed_mid_run_runs_again_once(
     assert on_errors == [["mid", 2]]
 
 
+# -- a broker that never redelivers ----------------------------------------------
+
+#: What a worker's guard logs when it refuses a copy of the chain's on_error.
+ON_ERROR_REFUSED = "Chain lst: on_error running elsewhere"
+
+
+async def _failed(handle: ChainHandle) -> bool:
+    return (await handle.status()).state.value == "failed"
+
+
+async def _list_drained(rig: Rig) -> bool:
+    """Nothing waits in the list, and no body runs in a live worker."""
+    if await rig.redis.llen(rig.app.QUEUE):
+        return False
+    bodies = await rig.counted("running")
+    return not any(count and alive(int(pid)) for pid, count in bodies.items())
+
+
+@pytest.mark.faults
+async def test_on_a_list_broker_an_on_error_refused_then_killed_runs_again_once(
+    tmp_path, monkeypatch
+):
+    """ListQueueBroker never redelivers: the copy of ``on_error`` the guard
+    refused while the first ran is gone, and the first goes with its SIGKILLed
+    worker. The sweep kicks it again once its run lease has run out: it runs to
+    its end once more, and the chain's compensations ran once."""
+    async with fault_rig(
+        tmp_path,
+        monkeypatch,
+        BROKER="list",
+        HANG="lst~on_error",
+        DUPLICATE="lst~on_error",
+        DEADLINE="8",
+        **SHORT_LEASE,
+    ) as rig:
+        started = time.monotonic()
+        with rig.worker("a"), rig.worker("b"):
+            handle = await saga(rig, "lst").kiq(rig.app.broker)
+            await eventually(lambda: _flagged(rig, "hung"), what="on_error to hang")
+            await eventually(
+                lambda: _said(rig, ON_ERROR_REFUSED), what="its other copy refused"
+            )
+            await eventually(lambda: _failed(handle), what="the chain to fail")
+            pid = int(await rig.flag("hung") or 0)
+            os.kill(pid, signal.SIGKILL)
+            # Both copies were taken off the list: nothing is left to come back.
+            queued = await rig.redis.llen(rig.app.QUEUE)
+            sweeps = 0
+
+            async def swept_until_it_ran() -> bool:
+                nonlocal sweeps
+                sweeps += 1
+                await sweep(rig.app.broker, policy="redrive")
+                return await rig.count("on_error") >= 1
+
+            await eventually(
+                swept_until_it_ran,
+                timeout=30,
+                interval=0.2,
+                what="on_error to run to its end",
+            )
+            await eventually(lambda: _list_drained(rig), what="the list to drain")
+            on_errors = [json.loads(item) for item in await rig.listed("on_error")]
+            starts = (await rig.counted("started")).get("lst~on_error", 0)
+            deliveries = await rig.delivered_id("lst~on_error")
+            compensations = await rig.listed("compensations")
+            status = await handle.status()
+
+    summary(
+        "on_error refused, then SIGKILLed mid-run, on a list broker",
+        faults="1 duplicate kick, 1 SIGKILL",
+        sweeps=sweeps,
+        on_error_deliveries=deliveries,
+        on_error_starts=starts,
+        on_error_completed=len(on_errors),
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert not alive(pid)
+    assert queued == 0
+    assert on_errors == [["lst", 2]]
+    assert starts == 2  # the killed run, and the copy the sweep kicked
+    assert deliveries == 3  # the first, the refused duplicate, the sweep's
+    assert compensations == ["lst~1", "lst~0"]  # each once, last first
+    assert (status.state.value, status.failed_step) == ("failed", 2)
+
+
+async def _said(rig: Rig, line: str) -> bool:
+    return line in rig.worker_logs()
+
+
+#: What a worker's guard logs when it refuses a copy of the group's on_error.
+CONTINUATION_REFUSED = "Group glst: continuation running elsewhere"
+
+
+@pytest.mark.faults
+async def test_on_a_list_broker_a_groups_on_error_refused_then_killed_runs_again_once(
+    tmp_path, monkeypatch
+):
+    """The same for a group's ``on_error`` (failure policy ``fail``), a
+    continuation: the sweep dispatches it again (``redrive``) once it is overdue
+    (its dispatch plus the group's deadline span) and its run lease ran out."""
+    members = 3
+    async with fault_rig(
+        tmp_path,
+        monkeypatch,
+        BROKER="list",
+        HANG="glst~on_error",
+        DUPLICATE="glst~on_error",
+        DEADLINE="4",
+        **SHORT_LEASE,
+    ) as rig:
+        app = rig.app
+        started = time.monotonic()
+        with rig.worker("a"), rig.worker("b"):
+            await group(
+                [Signature.of(app.failing_member, "glst", i) for i in range(members)],
+                on_error=app.group_failed,
+                failure_policy="fail",
+                group_id="glst",
+            ).kiq(app.broker)
+            await eventually(lambda: _flagged(rig, "hung"), what="on_error to hang")
+            await eventually(
+                lambda: _said(rig, CONTINUATION_REFUSED), what="its other copy refused"
+            )
+            pid = int(await rig.flag("hung") or 0)
+            os.kill(pid, signal.SIGKILL)
+            queued = await rig.redis.llen(rig.app.QUEUE)
+            found: list[FindingKind] = []
+
+            async def swept_until_it_ran() -> bool:
+                report = await sweep(app.broker, policy="redrive")
+                found.extend(f.kind for f in report.findings)
+                return await rig.count("group_on_error") >= 1
+
+            await eventually(
+                swept_until_it_ran,
+                timeout=30,
+                interval=0.2,
+                what="on_error to run to its end",
+            )
+            await eventually(lambda: _list_drained(rig), what="the list to drain")
+            await eventually(
+                lambda: _state_is(rig, "glst", "completed"), what="the group to end"
+            )
+            ran = [json.loads(item) for item in await rig.listed("group_on_error")]
+            starts = (await rig.counted("started")).get("glst~on_error", 0)
+            deliveries = await rig.delivered_id("glst~on_error")
+
+    summary(
+        "a group's on_error refused, then SIGKILLed mid-run, on a list broker",
+        faults="1 duplicate kick, 1 SIGKILL",
+        sweep_findings=sorted({kind.value for kind in found}),
+        on_error_deliveries=deliveries,
+        on_error_starts=starts,
+        on_error_completed=len(ran),
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert not alive(pid)
+    assert queued == 0
+    assert FindingKind.CONTINUATION_OVERDUE in found
+    assert ran == [["glst", members]]
+    assert starts == 2  # the killed run, and the copy the sweep dispatched
+    assert deliveries == 3  # the first, the refused duplicate, the sweep's
+
+
+async def _state_is(rig: Rig, group_id: str, state: str) -> bool:
+    return await state_of(rig, group_id) == state
+
+
 # -- taskiq's retry middlewares on an on_error that fails -----------------------
 
 
