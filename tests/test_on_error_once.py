@@ -24,6 +24,7 @@ from taskiq import SimpleRetryMiddleware, SmartRetryMiddleware, TaskiqMiddleware
 from taskiq_fanin import (
     ChainFailure,
     ChainHandle,
+    FanInMiddleware,
     GroupResult,
     Signature,
     chain,
@@ -31,14 +32,23 @@ from taskiq_fanin import (
     sweep,
 )
 from taskiq_fanin.api.chains import Chain
+from taskiq_fanin.inspection import chain_status
+from taskiq_fanin.model.ids import undo_chain_id
 from taskiq_fanin.store.chain_scripts import ChainScripts
-from taskiq_fanin.store.keys import ChainKeys
+from taskiq_fanin.store.keys import ChainKeys, chain_index_key
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Begin, Failed
-from taskiq_fanin.sweeping import FindingKind
+from taskiq_fanin.sweeping import Finding, FindingKind, SweepAction
 from tests.fault_harness import Rig, alive, fault_rig, nudging, summary
-from tests.harness import drained, eventually, stream_broker, worker
+from tests.harness import (
+    SentMessages,
+    drained,
+    eventually,
+    lossy_stream_broker,
+    stream_broker,
+    worker,
+)
 from tests.test_faults import (
     RECOVERY,
     SHORT_LEASE,
@@ -272,16 +282,25 @@ async def test_on_a_list_broker_an_on_error_refused_then_killed_runs_again_once(
                 lambda: _said(rig, ON_ERROR_REFUSED), what="its other copy refused"
             )
             await eventually(lambda: _failed(handle), what="the chain to fail")
+            # The compensations end first: a list broker would lose a step of
+            # theirs that the killed worker had taken (the sweep's, not this).
+            await eventually(lambda: _undone(rig, "lst"), what="the compensations")
             pid = int(await rig.flag("hung") or 0)
             os.kill(pid, signal.SIGKILL)
             # Both copies were taken off the list: nothing is left to come back.
             queued = await rig.redis.llen(rig.app.QUEUE)
-            sweeps = 0
+            # The app's policy (report): once the lease ran out, reported only.
+            reported, sweeps = await sweep_until(rig, FindingKind.ON_ERROR_LOST)
+            kicked_on_report = await rig.redis.llen(rig.app.QUEUE)
+            redispatched: list[tuple[FindingKind, SweepAction, bool]] = []
 
             async def swept_until_it_ran() -> bool:
                 nonlocal sweeps
                 sweeps += 1
-                await sweep(rig.app.broker, policy="redrive")
+                report = await sweep(rig.app.broker, policy="redrive")
+                redispatched.extend(
+                    (f.kind, f.action, f.applied) for f in report.findings
+                )
                 return await rig.count("on_error") >= 1
 
             await eventually(
@@ -308,11 +327,23 @@ async def test_on_a_list_broker_an_on_error_refused_then_killed_runs_again_once(
     )
     assert not alive(pid)
     assert queued == 0
+    lost = [f for f in reported.findings if f.kind is FindingKind.ON_ERROR_LOST]
+    assert [(f.group_id, f.action, f.applied) for f in lost] == [
+        ("lst", SweepAction.REPORT, True)
+    ]
+    assert kicked_on_report == 0
+    assert redispatched == [(FindingKind.ON_ERROR_LOST, SweepAction.REDISPATCH, True)]
     assert on_errors == [["lst", 2]]
     assert starts == 2  # the killed run, and the copy the sweep kicked
     assert deliveries == 3  # the first, the refused duplicate, the sweep's
     assert compensations == ["lst~1", "lst~0"]  # each once, last first
     assert (status.state.value, status.failed_step) == ("failed", 2)
+
+
+async def _undone(rig: Rig, chain_id: str) -> bool:
+    """The chain's compensations (a chain of their own) ended."""
+    undo = await chain_status(rig.app.broker, undo_chain_id(chain_id))
+    return undo.state.value == "done"
 
 
 async def _said(rig: Rig, line: str) -> bool:
@@ -396,6 +427,79 @@ async def test_on_a_list_broker_a_groups_on_error_refused_then_killed_runs_again
 
 async def _state_is(rig: Rig, group_id: str, state: str) -> bool:
     return await state_of(rig, group_id) == state
+
+
+#: Seconds: a chain's step span and run lease short enough to pass within a test.
+SHORT = 0.3
+
+
+async def test_a_chains_on_error_lost_before_any_copy_began_is_kicked_again_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Its message lost on the way (a list broker's worker killed before the
+    guard, a purge): no copy began a step span after the failure. The sweep
+    reports it; with ``redrive`` kicks it again, once a span; once it ran to
+    its end the chain leaves the index."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, sent, deadline=SHORT, finaliser_lease=SHORT
+    )
+    ran: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        ran.append(failure)
+
+    broker.drop = {"lost~on_error"}  # its one kick is lost on its way
+    async with worker(broker, max_async_tasks=4) as receiver:
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="lost"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+        reported = await _sweep_until_lost(fanin, policy=None)
+        await drained(broker, receiver)
+        ran_on_report = len(ran)
+        again = await _sweep_until_lost(fanin, policy="redrive")
+        await eventually(lambda: len(ran) == 1, what="on_error to run")
+        await drained(broker, receiver)
+        index = chain_index_key(key_prefix)
+
+        async def pruned() -> bool:
+            await sweep(fanin)
+            return await fanin.context.redis.zscore(index, "lost") is None
+
+        await eventually(pruned, interval=0.1, what="the chain to leave the index")
+        await drained(broker, receiver)
+
+    assert (reported.action, reported.applied, ran_on_report) == (
+        SweepAction.REPORT,
+        True,
+        0,
+    )
+    assert "no copy began" in reported.note
+    assert (again.action, again.applied) == (SweepAction.REDISPATCH, True)
+    assert sent.executions_of(chain_failed.task_name) == 1
+    assert [(f.chain_id, f.step, f.error.type) for f in ran] == [
+        ("lost", 0, "RuntimeError")
+    ]
+
+
+async def _sweep_until_lost(fanin: FanInMiddleware, *, policy: str | None) -> Finding:
+    """Sweep until a sweep finds a chain's ``on_error`` lost: that finding."""
+    found: list[Finding] = []
+
+    async def lost() -> bool:
+        report = await sweep(fanin, policy=policy)
+        found.extend(f for f in report.findings if f.kind is FindingKind.ON_ERROR_LOST)
+        return bool(found)
+
+    await eventually(lost, interval=0.05, what="a sweep to find on_error lost")
+    (finding,) = found
+    return finding
 
 
 # -- taskiq's retry middlewares on an on_error that fails -----------------------
