@@ -11,6 +11,7 @@ that fails: its retry runs (the guard lets it), and nothing else does; and the
 guard's scripts, on fakeredis and a real server.
 """
 
+import asyncio
 import json
 import os
 import signal
@@ -486,6 +487,74 @@ async def test_a_chains_on_error_lost_before_any_copy_began_is_kicked_again_once
     assert [(f.chain_id, f.step, f.error.type) for f in ran] == [
         ("lost", 0, "RuntimeError")
     ]
+
+
+async def test_the_sweep_watches_a_failed_chain_until_its_on_error_ran_to_its_end(
+    redis_url: str, key_prefix: str
+) -> None:
+    """While a copy of ``on_error`` holds its lease, or has released it for a
+    retry middleware's next attempt, the sweep leaves it and keeps the chain
+    indexed; once the lease ran out it reports it (the app's policy); once a
+    copy ran to its end the chain leaves the index. The record's lease and the
+    index are set by hand (a worker's death, the sweep's time come)."""
+    broker, fanin = stream_broker(redis_url, key_prefix)  # a 60 s lease
+    go = asyncio.Event()
+    ran: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        await go.wait()
+        ran.append(failure)
+
+    index = chain_index_key(key_prefix)
+    record = ChainKeys(key_prefix, "w").record
+    seen: list[tuple[str, list[tuple[FindingKind, SweepAction]], bool]] = []
+
+    async def look(moment: str) -> None:
+        """Make the chain due, sweep, and note what was found and if indexed."""
+        await redis.zadd(index, {"w": 0})
+        report = await sweep(fanin)
+        found = [(f.kind, f.action) for f in report.findings]
+        seen.append((moment, found, await redis.zscore(index, "w") is not None))
+
+    async with worker(broker, max_async_tasks=4) as receiver:
+        redis = fanin.context.redis
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="w"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+        await eventually(
+            lambda: _on_error_is(redis, record, "running"), what="on_error to begin"
+        )
+        await look("running")
+        await redis.hset(record, "on_error_until", 0)  # released for a retry
+        await look("released")
+        await redis.hset(record, "on_error_until", 1)  # its worker died long ago
+        await look("lease ran out")
+        go.set()
+        await eventually(lambda: len(ran) == 1, what="on_error to end")
+        await eventually(
+            lambda: _on_error_is(redis, record, "completed"), what="its completion"
+        )
+        await look("completed")
+        await drained(broker, receiver)
+
+    lost = [(FindingKind.ON_ERROR_LOST, SweepAction.REPORT)]
+    assert seen == [
+        ("running", [], True),
+        ("released", [], True),
+        ("lease ran out", lost, True),
+        ("completed", [], False),
+    ]
+
+
+async def _on_error_is(redis: Redis, record: str, state: str) -> bool:
+    found = await redis.hget(record, "on_error_state")
+    return found is not None and found.decode() == state
 
 
 async def _sweep_until_lost(fanin: FanInMiddleware, *, policy: str | None) -> Finding:
