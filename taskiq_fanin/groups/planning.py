@@ -8,7 +8,7 @@ its members without an outcome are kicked (kicking one twice is safe).
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 
 from redis.asyncio import RedisCluster
@@ -78,24 +78,7 @@ async def plan_group(
             sealed=first.last,
         )
 
-    # The index may be stale (the sweep prunes it), but it must never miss a
-    # group whose ledger exists: it is written first. On one server both go in
-    # one pipeline, which Redis runs in order; a cluster may run them on two
-    # nodes in any order, so there the index is written before the ledger.
-    if isinstance(ctx.redis, RedisCluster):
-        indexed = await index.add(ctx, plan.group_id, deadline_ms)
-        made = await create()
-    else:
-        got_index, got_group = await asyncio.gather(
-            index.add(ctx, plan.group_id, deadline_ms), create(), return_exceptions=True
-        )
-        if isinstance(got_index, BaseException):
-            # Refused, while the ledger may be written: once more, alone (it
-            # raises if refused again), so that no ledger stays out of the index.
-            got_index = await index.add(ctx, plan.group_id, deadline_ms)
-        if isinstance(got_group, BaseException):
-            raise got_group
-        indexed, made = got_index, got_group
+    indexed, made = await _index_and_create(ctx, plan.group_id, deadline_ms, create)
     created, token, state = made.created, made.token, made.state
     ours = created is Created.CREATED or token == plan.token
     # An empty group is complete at once: its planner (or the same planner
@@ -129,6 +112,34 @@ async def plan_group(
     if claimed:
         await finalise(ctx, plan.group_id, token, claimant=claimant)
     return Planned(group_id=plan.group_id, created=ours)
+
+
+async def _index_and_create(
+    ctx: FanInContext,
+    group_id: str,
+    deadline_ms: int,
+    create: Callable[[], Awaitable[Creation]],
+) -> tuple[bool, Creation]:
+    """Index the group and create it: whether it was indexed now, and the reply.
+
+    The index may be stale (the sweep prunes it), but it must never miss a
+    group whose ledger exists: it is written first. On one server both go in
+    one pipeline, which Redis runs in order; a cluster may run them on two
+    nodes in any order, so there the index is written before the ledger.
+    """
+    if isinstance(ctx.redis, RedisCluster):
+        indexed = await index.add(ctx, group_id, deadline_ms)
+        return indexed, await create()
+    got_index, got_group = await asyncio.gather(
+        index.add(ctx, group_id, deadline_ms), create(), return_exceptions=True
+    )
+    if isinstance(got_index, BaseException):
+        # Refused, while the ledger may be written: once more, alone (it
+        # raises if refused again), so that no ledger stays out of the index.
+        got_index = await index.add(ctx, group_id, deadline_ms)
+    if isinstance(got_group, BaseException):
+        raise got_group
+    return got_index, got_group
 
 
 async def _release(ctx: FanInContext, keys: GroupKeys, token: str) -> None:
