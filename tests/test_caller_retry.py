@@ -412,3 +412,29 @@ async def test_an_empty_group_whose_plan_the_replica_missed_continues_at_once(
     assert handle.created is True
     assert broker.kicked.count("empty~then") == 1
     assert seen["then"] == [0, 0]
+
+
+async def test_a_group_kiq_whose_chain_member_s_first_kick_failed_kicks_it_again(
+    rig: tuple[Kicks, FanInMiddleware, dict[str, Any]],
+) -> None:
+    """The member chain's record was written, its first step's kick refused:
+    the retry starts the chain again under the same token and kicks that step,
+    rather than leaving the chain for the sweep a deadline on."""
+    broker, _, seen = rig
+    member, then, step, last = seen["tasks"]
+    failed: list[str] = []
+
+    def once(task_id: str) -> bool:
+        if task_id == "cm~1~0" and not failed:
+            failed.append(task_id)
+            return True
+        return False
+
+    broker.fail = once
+    members = [Signature.of(member, 0), chain(Signature.of(step), Signature.of(last))]
+    await group(members, then=then, group_id="cm").kiq(broker)
+    await settled(broker)
+
+    assert failed == ["cm~1~0"]
+    assert seen["last"] == [1]
+    assert seen["then"] == [2]
