@@ -6,6 +6,7 @@ workflow record in Redis makes "enqueue next" happen once per step. A step may
 be a group: its continuation carries the chain on with the ``GroupResult``.
 """
 
+import hashlib
 import json
 import secrets
 from collections.abc import Sequence
@@ -104,8 +105,26 @@ async def start_member(
             await settle_member(ctx, found, delivery=new_delivery())
             return False
     return await start(
-        ctx, spec, chain_id=chain_id, member=member, depth=depth, checked=True
+        ctx,
+        spec,
+        chain_id=chain_id,
+        member=member,
+        depth=depth,
+        checked=True,
+        token=member_token(member, chain_id),
     )
+
+
+def member_token(member: MemberRef, chain_id: str) -> str:
+    """The token of a chain that is a group member: the same at every kick of it.
+
+    A planner that retries, one that takes over, or an outcome releasing a
+    window again starts it again under this token: told the chain is its own
+    and has not moved, it kicks the first step again (harmless) rather than
+    leave a chain whose first kick failed to the sweep a deadline on.
+    """
+    seed = f"{member.token}:{chain_id}".encode()
+    return hashlib.sha256(seed).hexdigest()[:16]
 
 
 async def kick_step(
