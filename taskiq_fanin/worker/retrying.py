@@ -18,7 +18,9 @@ from redis.exceptions import (
     ConnectionError as RedisConnectionError,
 )
 from redis.exceptions import (
+    ClusterError,
     ReadOnlyError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import (
@@ -32,13 +34,19 @@ T = TypeVar("T")
 #: Redis away: down, restarting, loading, paused past the socket timeout, a
 #: replica promoted (writes refused for a moment: ``READONLY`` from a demoted
 #: primary), no sentinel naming a primary yet (a failover under way), a
-#: cluster slot moving.
+#: cluster slot moving; of a Cluster, a slot with no primary for a moment (a
+#: failover under way: ``CLUSTERDOWN`` from every node, ``ClusterDownError``
+#: and ``MasterDownError``; redis-py's own tries used up on it, or on slots
+#: moving, ``ClusterError`` "TTL exhausted"; its slots cache not covering a
+#: slot yet, ``SlotNotCoveredError``).
 TRANSIENT: tuple[type[BaseException], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
     ReadOnlyError,
     MasterNotFoundError,
     TryAgainError,
+    ClusterError,
+    SlotNotCoveredError,
     ConnectionError,
     TimeoutError,
 )
