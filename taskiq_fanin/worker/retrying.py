@@ -15,13 +15,13 @@ from typing import TypeVar
 
 from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import (
-    ConnectionError as RedisConnectionError,
-)
-from redis.exceptions import (
     ClusterError,
     ReadOnlyError,
     SlotNotCoveredError,
     TryAgainError,
+)
+from redis.exceptions import (
+    ConnectionError as RedisConnectionError,
 )
 from redis.exceptions import (
     TimeoutError as RedisTimeoutError,
