@@ -317,6 +317,8 @@ async def test_b_cluster_failover_mid_run_runs_every_continuation(
             await eventually(
                 lambda: _drained(run), timeout=RECOVERY, what="the stream to drain"
             )
+            # Held for good by reads and acknowledgements that died.
+            held = await run.redis.xpending(run.app.STREAM, CONSUMER_GROUP)
             continuations = await run.counted("continuations")
             steps = await run.counted("steps")
             deliveries = await run.counted("delivered_ids")
@@ -338,6 +340,7 @@ async def test_b_cluster_failover_mid_run_runs_every_continuation(
         redelivered=sum(n - 1 for n in members.values() if n > 1),
         redriven_by_sweep=redriven,
         outcomes_lost=len(lost),
+        entries_held_dead=held["pending"],
         continuations_run=sum(continuations.values()),
         last_steps_run=sum(steps.get(f"c{c}~{STEPS - 1}", 0) for c in range(CHAINS)),
         sweeps=len(reports),
