@@ -30,6 +30,10 @@ from local_redis.processes import stop_process_group
 #: (:func:`local_redis.redis_url_from_env_or_server`).
 REDIS_URL_ENV = "REDIS_URL"
 
+#: Environment variable naming a directory where each server's directory (its
+#: log, a sentinel's config) is copied on stop: to read what a failover did.
+KEEP_LOGS_ENV = "LOCAL_REDIS_KEEP_LOGS"
+
 #: Only ever listen on, and connect to, the loopback interface.
 LOOPBACK = "127.0.0.1"
 
@@ -183,6 +187,8 @@ class RedisServer:
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL) and remove its directory.
 
+        The directory is copied first under ``$LOCAL_REDIS_KEEP_LOGS`` when set.
+
         Safe to call more than once, and on a server that never started.
         """
         atexit.unregister(self.stop)
@@ -191,6 +197,10 @@ class RedisServer:
             _thaw(process)  # a suspended server would not act on SIGTERM
             stop_process_group(process, self._stop_grace)
         if self._dir is not None:
+            keep = os.environ.get(KEEP_LOGS_ENV)
+            if keep:
+                with contextlib.suppress(OSError):  # a copy for reading only
+                    shutil.copytree(self._dir, Path(keep) / self._dir.name)
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
