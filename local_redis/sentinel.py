@@ -25,7 +25,11 @@ from local_redis.server import (
 #: The name the sentinels know the primary by.
 DEFAULT_MASTER_NAME = "fanin-primary"
 #: A primary that does not answer for this long is down (Sentinel's own: 30 s).
-DEFAULT_DOWN_AFTER_MS = 1000
+#: Well over a second: a sentinel reconnects at most once a second, and its
+#: down clock for a promoted primary starts at the switch, so its first PING
+#: may leave nearly a second late; with 1 s, a promoted primary slow to answer
+#: on a busy box was failed over again at once (tests/test_local_sentinel.py).
+DEFAULT_DOWN_AFTER_MS = 3000
 #: How long one failover may take before another is tried (Sentinel's: 3 min).
 DEFAULT_FAILOVER_TIMEOUT_MS = 3000
 #: How long a setup may take to agree (replicas in sync, sentinels known).
