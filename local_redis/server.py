@@ -24,15 +24,12 @@ from typing import Any
 import redis
 from redis.exceptions import RedisError
 
+from local_redis.kept_logs import keep_copy
 from local_redis.processes import stop_process_group
 
 #: Environment variable naming a Redis server to use instead of starting one
 #: (:func:`local_redis.redis_url_from_env_or_server`).
 REDIS_URL_ENV = "REDIS_URL"
-
-#: Environment variable naming a directory where each server's directory (its
-#: log, a sentinel's config) is copied on stop: to read what a failover did.
-KEEP_LOGS_ENV = "LOCAL_REDIS_KEEP_LOGS"
 
 #: Only ever listen on, and connect to, the loopback interface.
 LOOPBACK = "127.0.0.1"
@@ -197,10 +194,7 @@ class RedisServer:
             _thaw(process)  # a suspended server would not act on SIGTERM
             stop_process_group(process, self._stop_grace)
         if self._dir is not None:
-            keep = os.environ.get(KEEP_LOGS_ENV)
-            if keep:
-                with contextlib.suppress(OSError):  # a copy for reading only
-                    shutil.copytree(self._dir, Path(keep) / self._dir.name)
+            keep_copy(self._dir)
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
