@@ -34,6 +34,8 @@ Configured from the environment:
   once the message is on the stream (what comes after the kick never runs).
 - ``BROKER``: ``list`` for taskiq-redis's ListQueueBroker on the list ``QUEUE``
   (which never redelivers) instead of the stream broker.
+- ``DUPLICATE``: the task id of a message a worker kicks twice (the same
+  message, as an at-least-once broker may deliver it): two copies reach workers.
 """
 
 import asyncio
@@ -48,6 +50,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from taskiq import AsyncBroker, TaskiqMessage, TaskiqMiddleware
 from taskiq_redis import ListQueueBroker, RedisStreamBroker
 
+from local_redis import DuplicatingMiddleware
 from taskiq_fanin import ChainFailure, FanInMiddleware, GroupResult
 from taskiq_fanin.model.labels import CONTINUATION_LABEL
 
@@ -65,6 +68,7 @@ SLOW = os.environ.get("SLOW", "")
 SLOW_SECONDS = float(os.environ.get("SLOW_SECONDS", "20"))
 KILL_ON = os.environ.get("KILL_ON", "")
 KILL_AFTER = os.environ.get("KILL_AFTER", "")
+DUPLICATE = os.environ.get("DUPLICATE", "")
 
 ON_ERROR_TASK = "fault_app.on_error"
 GROUP_ON_ERROR_TASK = "fault_app.group_failed"
@@ -174,9 +178,17 @@ broker: AsyncBroker = (
         **_broker_options,
     )
 )
+
+
+def _duplicated(message: TaskiqMessage) -> bool:
+    """``DUPLICATE``, as a worker kicks it (the sweep's kicks are sent once)."""
+    return bool(DUPLICATE) and message.task_id == DUPLICATE and broker.is_worker_process
+
+
 broker.with_middlewares(
     Observe(),
     KillSwitch(),
+    DuplicatingMiddleware(_duplicated),
     FanInMiddleware(
         REDIS_URL,
         prefix=PREFIX,
@@ -292,7 +304,9 @@ async def failing_member(group_id: str, index: int) -> None:
 @broker.task(task_name=GROUP_ON_ERROR_TASK)
 @running
 async def group_failed(result: GroupResult) -> None:
-    """A group's error continuation: says it ran, and with how many failures."""
+    """A group's error continuation: says it ran, and with how many failures;
+    hangs if chosen."""
+    await hang_if_chosen(f"{result.group_id}~on_error")
     await obs().rpush(
         obs_key("group_on_error"), json.dumps([result.group_id, result.failed_count])
     )

@@ -11,6 +11,7 @@ that fails: its retry runs (the guard lets it), and nothing else does; and the
 guard's scripts, on fakeredis and a real server.
 """
 
+import asyncio
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from taskiq import SimpleRetryMiddleware, SmartRetryMiddleware, TaskiqMiddleware
 from taskiq_fanin import (
     ChainFailure,
     ChainHandle,
+    FanInMiddleware,
     GroupResult,
     Signature,
     chain,
@@ -31,14 +33,23 @@ from taskiq_fanin import (
     sweep,
 )
 from taskiq_fanin.api.chains import Chain
+from taskiq_fanin.inspection import chain_status
+from taskiq_fanin.model.ids import undo_chain_id
 from taskiq_fanin.store.chain_scripts import ChainScripts
-from taskiq_fanin.store.keys import ChainKeys
+from taskiq_fanin.store.keys import ChainKeys, chain_index_key
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Begin, Failed
-from taskiq_fanin.sweeping import FindingKind
+from taskiq_fanin.sweeping import Finding, FindingKind, SweepAction
 from tests.fault_harness import Rig, alive, fault_rig, nudging, summary
-from tests.harness import drained, eventually, stream_broker, worker
+from tests.harness import (
+    SentMessages,
+    drained,
+    eventually,
+    lossy_stream_broker,
+    stream_broker,
+    worker,
+)
 from tests.test_faults import (
     RECOVERY,
     SHORT_LEASE,
@@ -227,6 +238,337 @@ async def test_an_on_error_whose_worker_is_killed_mid_run_runs_again_once(
     assert deliveries >= 2  # the killed delivery, and the one after it
     assert starts >= 2
     assert on_errors == [["mid", 2]]
+
+
+# -- a broker that never redelivers ----------------------------------------------
+
+#: What a worker's guard logs when it refuses a copy of the chain's on_error.
+ON_ERROR_REFUSED = "Chain lst: on_error running elsewhere"
+
+
+async def _failed(handle: ChainHandle) -> bool:
+    return (await handle.status()).state.value == "failed"
+
+
+async def _list_drained(rig: Rig) -> bool:
+    """Nothing waits in the list, and no body runs in a live worker."""
+    if await rig.redis.llen(rig.app.QUEUE):
+        return False
+    bodies = await rig.counted("running")
+    return not any(count and alive(int(pid)) for pid, count in bodies.items())
+
+
+@pytest.mark.faults
+async def test_on_a_list_broker_an_on_error_refused_then_killed_runs_again_once(
+    tmp_path, monkeypatch
+):
+    """ListQueueBroker never redelivers: the copy of ``on_error`` the guard
+    refused while the first ran is gone, and the first goes with its SIGKILLed
+    worker. The sweep kicks it again once its run lease has run out: it runs to
+    its end once more, and the chain's compensations ran once."""
+    async with fault_rig(
+        tmp_path,
+        monkeypatch,
+        BROKER="list",
+        HANG="lst~on_error",
+        DUPLICATE="lst~on_error",
+        DEADLINE="8",
+        **SHORT_LEASE,
+    ) as rig:
+        started = time.monotonic()
+        with rig.worker("a"), rig.worker("b"):
+            handle = await saga(rig, "lst").kiq(rig.app.broker)
+            await eventually(lambda: _flagged(rig, "hung"), what="on_error to hang")
+            await eventually(
+                lambda: _said(rig, ON_ERROR_REFUSED), what="its other copy refused"
+            )
+            await eventually(lambda: _failed(handle), what="the chain to fail")
+            # The compensations end first: a list broker would lose a step of
+            # theirs that the killed worker had taken (the sweep's, not this).
+            await eventually(lambda: _undone(rig, "lst"), what="the compensations")
+            pid = int(await rig.flag("hung") or 0)
+            os.kill(pid, signal.SIGKILL)
+            # Both copies were taken off the list: nothing is left to come back.
+            queued = await rig.redis.llen(rig.app.QUEUE)
+            # The app's policy (report): once the lease ran out, reported only.
+            reported, sweeps = await sweep_until(rig, FindingKind.ON_ERROR_LOST)
+            kicked_on_report = await rig.redis.llen(rig.app.QUEUE)
+            redispatched: list[tuple[FindingKind, SweepAction, bool]] = []
+
+            async def swept_until_it_ran() -> bool:
+                nonlocal sweeps
+                sweeps += 1
+                report = await sweep(rig.app.broker, policy="redrive")
+                redispatched.extend(
+                    (f.kind, f.action, f.applied) for f in report.findings
+                )
+                return await rig.count("on_error") >= 1
+
+            await eventually(
+                swept_until_it_ran,
+                timeout=30,
+                interval=0.2,
+                what="on_error to run to its end",
+            )
+            await eventually(lambda: _list_drained(rig), what="the list to drain")
+            on_errors = [json.loads(item) for item in await rig.listed("on_error")]
+            starts = (await rig.counted("started")).get("lst~on_error", 0)
+            deliveries = await rig.delivered_id("lst~on_error")
+            compensations = await rig.listed("compensations")
+            status = await handle.status()
+
+    summary(
+        "on_error refused, then SIGKILLed mid-run, on a list broker",
+        faults="1 duplicate kick, 1 SIGKILL",
+        sweeps=sweeps,
+        on_error_deliveries=deliveries,
+        on_error_starts=starts,
+        on_error_completed=len(on_errors),
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert not alive(pid)
+    assert queued == 0
+    lost = [f for f in reported.findings if f.kind is FindingKind.ON_ERROR_LOST]
+    assert [(f.group_id, f.action, f.applied) for f in lost] == [
+        ("lst", SweepAction.REPORT, True)
+    ]
+    assert kicked_on_report == 0
+    assert redispatched == [(FindingKind.ON_ERROR_LOST, SweepAction.REDISPATCH, True)]
+    assert on_errors == [["lst", 2]]
+    assert starts == 2  # the killed run, and the copy the sweep kicked
+    assert deliveries == 3  # the first, the refused duplicate, the sweep's
+    assert compensations == ["lst~1", "lst~0"]  # each once, last first
+    assert (status.state.value, status.failed_step) == ("failed", 2)
+
+
+async def _undone(rig: Rig, chain_id: str) -> bool:
+    """The chain's compensations (a chain of their own) ended."""
+    undo = await chain_status(rig.app.broker, undo_chain_id(chain_id))
+    return undo.state.value == "done"
+
+
+async def _said(rig: Rig, line: str) -> bool:
+    return line in rig.worker_logs()
+
+
+#: What a worker's guard logs when it refuses a copy of the group's on_error.
+CONTINUATION_REFUSED = "Group glst: continuation running elsewhere"
+
+
+@pytest.mark.faults
+async def test_on_a_list_broker_a_groups_on_error_refused_then_killed_runs_again_once(
+    tmp_path, monkeypatch
+):
+    """The same for a group's ``on_error`` (failure policy ``fail``), a
+    continuation: the sweep dispatches it again (``redrive``) once it is overdue
+    (its dispatch plus the group's deadline span) and its run lease ran out."""
+    members = 3
+    async with fault_rig(
+        tmp_path,
+        monkeypatch,
+        BROKER="list",
+        HANG="glst~on_error",
+        DUPLICATE="glst~on_error",
+        DEADLINE="4",
+        **SHORT_LEASE,
+    ) as rig:
+        app = rig.app
+        started = time.monotonic()
+        with rig.worker("a"), rig.worker("b"):
+            await group(
+                [Signature.of(app.failing_member, "glst", i) for i in range(members)],
+                on_error=app.group_failed,
+                failure_policy="fail",
+                group_id="glst",
+            ).kiq(app.broker)
+            await eventually(lambda: _flagged(rig, "hung"), what="on_error to hang")
+            await eventually(
+                lambda: _said(rig, CONTINUATION_REFUSED), what="its other copy refused"
+            )
+            pid = int(await rig.flag("hung") or 0)
+            os.kill(pid, signal.SIGKILL)
+            queued = await rig.redis.llen(rig.app.QUEUE)
+            found: list[FindingKind] = []
+
+            async def swept_until_it_ran() -> bool:
+                report = await sweep(app.broker, policy="redrive")
+                found.extend(f.kind for f in report.findings)
+                return await rig.count("group_on_error") >= 1
+
+            await eventually(
+                swept_until_it_ran,
+                timeout=30,
+                interval=0.2,
+                what="on_error to run to its end",
+            )
+            await eventually(lambda: _list_drained(rig), what="the list to drain")
+            await eventually(
+                lambda: _state_is(rig, "glst", "completed"), what="the group to end"
+            )
+            ran = [json.loads(item) for item in await rig.listed("group_on_error")]
+            starts = (await rig.counted("started")).get("glst~on_error", 0)
+            deliveries = await rig.delivered_id("glst~on_error")
+
+    summary(
+        "a group's on_error refused, then SIGKILLed mid-run, on a list broker",
+        faults="1 duplicate kick, 1 SIGKILL",
+        sweep_findings=sorted({kind.value for kind in found}),
+        on_error_deliveries=deliveries,
+        on_error_starts=starts,
+        on_error_completed=len(ran),
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert not alive(pid)
+    assert queued == 0
+    assert FindingKind.CONTINUATION_OVERDUE in found
+    assert ran == [["glst", members]]
+    assert starts == 2  # the killed run, and the copy the sweep dispatched
+    assert deliveries == 3  # the first, the refused duplicate, the sweep's
+
+
+async def _state_is(rig: Rig, group_id: str, state: str) -> bool:
+    return await state_of(rig, group_id) == state
+
+
+#: Seconds: a chain's step span and run lease short enough to pass within a test.
+SHORT = 0.3
+
+
+async def test_a_chains_on_error_lost_before_any_copy_began_is_kicked_again_once(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Its message lost on the way (a list broker's worker killed before the
+    guard, a purge): no copy began a step span after the failure. The sweep
+    reports it; with ``redrive`` kicks it again, once a span; once it ran to
+    its end the chain leaves the index."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, sent, deadline=SHORT, finaliser_lease=SHORT
+    )
+    ran: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        ran.append(failure)
+
+    broker.drop = {"lost~on_error"}  # its one kick is lost on its way
+    async with worker(broker, max_async_tasks=4) as receiver:
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="lost"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+        reported = await _sweep_until_lost(fanin, policy=None)
+        await drained(broker, receiver)
+        ran_on_report = len(ran)
+        again = await _sweep_until_lost(fanin, policy="redrive")
+        await eventually(lambda: len(ran) == 1, what="on_error to run")
+        await drained(broker, receiver)
+        index = chain_index_key(key_prefix)
+
+        async def pruned() -> bool:
+            await sweep(fanin)
+            return await fanin.context.redis.zscore(index, "lost") is None
+
+        await eventually(pruned, interval=0.1, what="the chain to leave the index")
+        await drained(broker, receiver)
+
+    assert (reported.action, reported.applied, ran_on_report) == (
+        SweepAction.REPORT,
+        True,
+        0,
+    )
+    assert "no copy began" in reported.note
+    assert (again.action, again.applied) == (SweepAction.REDISPATCH, True)
+    assert sent.executions_of(chain_failed.task_name) == 1
+    assert [(f.chain_id, f.step, f.error.type) for f in ran] == [
+        ("lost", 0, "RuntimeError")
+    ]
+
+
+async def test_the_sweep_watches_a_failed_chain_until_its_on_error_ran_to_its_end(
+    redis_url: str, key_prefix: str
+) -> None:
+    """While a copy of ``on_error`` holds its lease, or has released it for a
+    retry middleware's next attempt, the sweep leaves it and keeps the chain
+    indexed; once the lease ran out it reports it (the app's policy); once a
+    copy ran to its end the chain leaves the index. The record's lease and the
+    index are set by hand (a worker's death, the sweep's time come)."""
+    broker, fanin = stream_broker(redis_url, key_prefix)  # a 60 s lease
+    go = asyncio.Event()
+    ran: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        await go.wait()
+        ran.append(failure)
+
+    index = chain_index_key(key_prefix)
+    record = ChainKeys(key_prefix, "w").record
+    seen: list[tuple[str, list[tuple[FindingKind, SweepAction]], bool]] = []
+
+    async def look(moment: str) -> None:
+        """Make the chain due, sweep, and note what was found and if indexed."""
+        await redis.zadd(index, {"w": 0})
+        report = await sweep(fanin)
+        found = [(f.kind, f.action) for f in report.findings]
+        seen.append((moment, found, await redis.zscore(index, "w") is not None))
+
+    async with worker(broker, max_async_tasks=4) as receiver:
+        redis = fanin.context.redis
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="w"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+        await eventually(
+            lambda: _on_error_is(redis, record, "running"), what="on_error to begin"
+        )
+        await look("running")
+        await redis.hset(record, "on_error_until", 0)  # released for a retry
+        await look("released")
+        await redis.hset(record, "on_error_until", 1)  # its worker died long ago
+        await look("lease ran out")
+        go.set()
+        await eventually(lambda: len(ran) == 1, what="on_error to end")
+        await eventually(
+            lambda: _on_error_is(redis, record, "completed"), what="its completion"
+        )
+        await look("completed")
+        await drained(broker, receiver)
+
+    lost = [(FindingKind.ON_ERROR_LOST, SweepAction.REPORT)]
+    assert seen == [
+        ("running", [], True),
+        ("released", [], True),
+        ("lease ran out", lost, True),
+        ("completed", [], False),
+    ]
+
+
+async def _on_error_is(redis: Redis, record: str, state: str) -> bool:
+    found = await redis.hget(record, "on_error_state")
+    return found is not None and found.decode() == state
+
+
+async def _sweep_until_lost(fanin: FanInMiddleware, *, policy: str | None) -> Finding:
+    """Sweep until a sweep finds a chain's ``on_error`` lost: that finding."""
+    found: list[Finding] = []
+
+    async def lost() -> bool:
+        report = await sweep(fanin, policy=policy)
+        found.extend(f for f in report.findings if f.kind is FindingKind.ON_ERROR_LOST)
+        return bool(found)
+
+    await eventually(lost, interval=0.05, what="a sweep to find on_error lost")
+    (finding,) = found
+    return finding
 
 
 # -- taskiq's retry middlewares on an on_error that fails -----------------------

@@ -5,17 +5,33 @@ worker die in between, the sweep kicks it again (the chain is still
 ``failing``), and both copies reach a worker. So ``on_error`` has a run guard
 of its own in the chain's record, as a continuation and a step have (invariant
 15): one copy runs at a time under a renewed lease, a failed attempt releases
-it for its retry, and once one copy ran to its end no other runs.
+it for its retry, and once one copy ran to its end no other runs. On a broker
+that never redelivers, a copy refused while another runs is gone, and so is the
+running one should its worker die: the sweep watches a failed chain until its
+``on_error`` ran to its end (``sweep/on_error.py``), and kicks it again.
 """
 
+from collections.abc import Sequence
+
 from taskiq_fanin.chains import record
-from taskiq_fanin.chains.cursor import ChainCursor
+from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.ids import chain_on_error_id
 from taskiq_fanin.model.labels import OnErrorRef
-from taskiq_fanin.model.results import ChainFailure
+from taskiq_fanin.model.results import (
+    ChainFailure,
+    ChainState,
+    MemberError,
+    StepError,
+)
+from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Begin
+
+#: ``on_error_state`` once a copy of it ran to its end (``states.ON_ERROR_MOVES``).
+COMPLETED = "completed"
+#: ... and while a copy runs (or ran, if its worker died), under a lease.
+RUNNING = "running"
 
 
 async def kick(ctx: FanInContext, cursor: ChainCursor, failure: ChainFailure) -> None:
@@ -29,6 +45,44 @@ async def kick(ctx: FanInContext, cursor: ChainCursor, failure: ChainFailure) ->
         .with_task_id(chain_on_error_id(cursor.id))
         .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
     )
+
+
+def failure_of(cursor: ChainCursor, names: Sequence[str], error: str) -> ChainFailure:
+    """What ``on_error`` receives: the failed step (the cursor's) and its error.
+
+    ``error``: the step's error as the record keeps it (a ``StepError``).
+    """
+    name = names[cursor.index] if cursor.index < len(names) else ""
+    return ChainFailure.of_step(
+        cursor.id, cursor.index, name, StepError.model_validate_json(error)
+    )
+
+
+def outstanding(chain: ChainRecord) -> ChainCursor | None:
+    """The failed step's cursor while the chain's ``on_error`` is to run to its end.
+
+    ``None`` unless the chain failed, has an ``on_error``, and no copy of it
+    completed (it was kicked, or a copy began).
+    """
+    if chain.state is not ChainState.FAILED or chain.on_error_state == COMPLETED:
+        return None
+    if not chain.pending:
+        return None
+    cursor = PendingStep.model_validate_json(chain.pending).cursor
+    return cursor if cursor.on_error is not None else None
+
+
+async def kick_again(
+    ctx: FanInContext, cursor: ChainCursor, chain: ChainRecord
+) -> None:
+    """Kick a failed chain's ``on_error`` again, as its failure kicked it (the sweep).
+
+    Its run guard lets this copy run only if no other copy holds the lease and
+    none ran to its end.
+    """
+    unknown = MemberError(type="UnknownError", message="").model_dump_json()
+    failure = failure_of(cursor, chain.step_names, chain.error_entry or unknown)
+    await kick(ctx, cursor, failure)
 
 
 async def begin(

@@ -31,7 +31,7 @@ from taskiq_fanin.model.ids import (
     undo_chain_id,
     validate_chain_id,
 )
-from taskiq_fanin.model.results import ChainFailure, ChainState, MemberError, StepError
+from taskiq_fanin.model.results import ChainState, MemberError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
 from taskiq_fanin.store.records import ChainRecord
@@ -44,13 +44,7 @@ async def after_failure(
     """The chain is failing at the cursor's step: kick ``on_error``, undo, end it."""
     if cursor.on_error is not None:
         names = (await record.status(ctx, cursor.id)).step_names
-        failure = ChainFailure.of_step(
-            cursor.id,
-            cursor.index,
-            names[cursor.index] if cursor.index < len(names) else "",
-            StepError.model_validate_json(summary),
-        )
-        await on_error.kick(ctx, cursor, failure)
+        await on_error.kick(ctx, cursor, on_error.failure_of(cursor, names, summary))
     await compensate(ctx, undo_chain_id(cursor.id), compensations)
     await ctx.chain_scripts.end_failing(
         record.keys_of(ctx, cursor.id), token=cursor.token

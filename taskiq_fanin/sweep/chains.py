@@ -8,7 +8,7 @@ is judged from its own record, by the step span recorded with it and on Redis's
 clock.
 """
 
-from taskiq_fanin.chains import due, index, launch, record, saga
+from taskiq_fanin.chains import due, index, launch, on_error, record, saga
 from taskiq_fanin.chains.cursor import PendingStep
 from taskiq_fanin.chains.membership import settle_member
 from taskiq_fanin.context import FanInContext, new_delivery
@@ -18,6 +18,7 @@ from taskiq_fanin.model.results import ChainState, SweepPolicy
 from taskiq_fanin.store.keys import ChainKeys
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.sweep import known
+from taskiq_fanin.sweep.on_error import judge_on_error
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
 
 
@@ -27,21 +28,22 @@ async def judge_chain(
     """Judge one indexed chain and, unless ``dry_run``, act; ``None``: nothing due.
 
     A chain left ``failing`` is finished (its error continuation and
-    compensations kicked). A running chain stuck at a step is reported; by
+    compensations kicked); a failed one's error continuation watched until it
+    ran to its end. A running chain stuck at a step is reported; by
     ``policy`` its step is kicked again as it was recorded (``redrive``, at most
     ``max_redrives`` times, never a task the broker does not know), or the
     chain is failed with a ``ChainGivenUpError`` (``give_up``).
     """
     keys = record.keys_of(ctx, chain_id)
     found = await ctx.chain_scripts.inspect(keys)
-    state = found[0].state if found else ChainState.MISSING
-    if found is None or state not in (ChainState.RUNNING, ChainState.FAILING):
-        if not dry_run:  # over, or expired: nothing left to watch
-            if found is not None:
-                await _settle(ctx, chain_id, found[0])
+    if found is None:
+        if not dry_run:  # expired: nothing left to watch
             await index.remove(ctx, chain_id)
         return None
     chain, now = found
+    state = chain.state
+    if state not in (ChainState.RUNNING, ChainState.FAILING):
+        return await _over(ctx, chain_id, chain, now, policy=policy, dry_run=dry_run)
     updated_at = chain.updated_at or 0
     due_at = await _due_at(ctx, keys, chain, now, dry_run=dry_run)
     if due_at > now:
@@ -107,6 +109,32 @@ _ACTIONS = {
     SweepPolicy.REDRIVE: SweepAction.REDRIVE,
     SweepPolicy.GIVE_UP: SweepAction.GIVE_UP,
 }
+
+
+async def _over(
+    ctx: FanInContext,
+    chain_id: str,
+    chain: ChainRecord,
+    now: int,
+    *,
+    policy: SweepPolicy,
+    dry_run: bool,
+) -> Finding | None:
+    """A chain that ended: settled, then left, unless its ``on_error`` is to run.
+
+    A failed chain is watched until its ``on_error`` ran to its end
+    (``sweep/on_error.py``).
+    """
+    if not dry_run:
+        await _settle(ctx, chain_id, chain)
+    cursor = on_error.outstanding(chain)
+    if cursor is not None:
+        return await judge_on_error(
+            ctx, chain_id, cursor, chain, now, policy=policy, dry_run=dry_run
+        )
+    if not dry_run:  # nothing left to watch
+        await index.remove(ctx, chain_id)
+    return None
 
 
 async def _settle(ctx: FanInContext, chain_id: str, chain: ChainRecord) -> None:

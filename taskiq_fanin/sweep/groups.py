@@ -255,6 +255,14 @@ async def _redrive(
     return meta.deadline_ms  # its new deadline
 
 
+#: The findings about a chain (their note says where it is).
+CHAIN_KINDS = (
+    FindingKind.CHAIN_STUCK,
+    FindingKind.CHAIN_FAILING,
+    FindingKind.ON_ERROR_LOST,
+)
+
+
 def log_finding(finding: Finding) -> None:
     """One warning per finding, its fields as ``fanin_*`` extras.
 
@@ -262,7 +270,7 @@ def log_finding(finding: Finding) -> None:
     """
     fields: dict[str, Any] = {f"fanin_{k}": v for k, v in finding.model_dump().items()}
     action = ("" if finding.applied else "would ") + finding.action.value
-    if finding.kind in (FindingKind.CHAIN_STUCK, FindingKind.CHAIN_FAILING):
+    if finding.kind in CHAIN_KINDS:
         logger.warning(
             "Chain %s %s: %s (%s)",
             finding.group_id,

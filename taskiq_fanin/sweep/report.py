@@ -24,6 +24,10 @@ class FindingKind(str, enum.Enum):
     #: A chain whose failure was recorded, but whose error continuation and
     #: compensations were not all kicked (its worker died in between).
     CHAIN_FAILING = "chain_failing"
+    #: A failed chain whose error continuation has not run to its end: the
+    #: running copy's run lease ran out (its worker died), or no copy began
+    #: within a step span of the failure (on a broker that never redelivers).
+    ON_ERROR_LOST = "on_error_lost"
 
 
 class SweepAction(str, enum.Enum):
@@ -41,7 +45,8 @@ class SweepAction(str, enum.Enum):
 class Finding(BaseModel):
     """One group (or chain) the sweep found, and what it did about it."""
 
-    #: The group's id, or the chain's for ``chain_stuck``.
+    #: The group's id, or the chain's for ``chain_stuck``, ``chain_failing``
+    #: and ``on_error_lost``.
     group_id: str
     kind: FindingKind
     action: SweepAction
