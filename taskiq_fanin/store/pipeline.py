@@ -15,6 +15,7 @@ loop is busy (a continuation's kick, its run guard) goes
 """
 
 import asyncio
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -207,6 +208,32 @@ class ScriptBatcher:
             )
 
 
+#: The reload under way of each script, which callers at the same time share.
+_RELOADING: "weakref.WeakKeyDictionary[AsyncScript, asyncio.Task[Any]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
 async def reload(script: AsyncScript) -> None:
-    """Load ``script`` again into a server that lost its script cache."""
-    await script.registered_client.script_load(script.script)
+    """Load ``script`` again into a server that lost its script cache.
+
+    Callers at the same time share one load: a fresh Cluster, or a replica just
+    promoted (scripts are not replicated), answers every first call NOSCRIPT,
+    and a load per caller, each to every primary on a connection of its own,
+    ran past the client's connections per node (``MaxConnectionsError``).
+    """
+    loading = _RELOADING.get(script)
+    if loading is None or loading.done():
+        loading = asyncio.ensure_future(
+            script.registered_client.script_load(script.script)
+        )
+        _RELOADING[script] = loading
+        loading.add_done_callback(lambda done: _forget(script, done))
+    await asyncio.shield(loading)  # a caller cancelled leaves it to the others
+
+
+def _forget(script: AsyncScript, done: "asyncio.Task[Any]") -> None:
+    if _RELOADING.get(script) is done:
+        del _RELOADING[script]
+    if not done.cancelled():
+        done.exception()  # heard by its callers: not "never retrieved"

@@ -16,11 +16,13 @@ from typing import TypeVar
 
 from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import (
-    ConnectionError as RedisConnectionError,
+    ClusterError,
+    ReadOnlyError,
+    SlotNotCoveredError,
+    TryAgainError,
 )
 from redis.exceptions import (
-    ReadOnlyError,
-    TryAgainError,
+    ConnectionError as RedisConnectionError,
 )
 from redis.exceptions import (
     TimeoutError as RedisTimeoutError,
@@ -33,13 +35,19 @@ T = TypeVar("T")
 #: Redis away: down, restarting, loading, paused past the socket timeout, a
 #: replica promoted (writes refused for a moment: ``READONLY`` from a demoted
 #: primary), no sentinel naming a primary yet (a failover under way), a
-#: cluster slot moving.
+#: cluster slot moving; of a Cluster, a slot with no primary for a moment (a
+#: failover under way: ``CLUSTERDOWN`` from every node, ``ClusterDownError``
+#: and ``MasterDownError``; redis-py's own tries used up on it, or on slots
+#: moving, ``ClusterError`` "TTL exhausted"; its slots cache not covering a
+#: slot yet, ``SlotNotCoveredError``).
 TRANSIENT: tuple[type[BaseException], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
     ReadOnlyError,
     MasterNotFoundError,
     TryAgainError,
+    ClusterError,
+    SlotNotCoveredError,
     ConnectionError,
     TimeoutError,
 )
