@@ -14,7 +14,6 @@ from typing import Any
 import fakeredis
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
-from taskiq import InMemoryBroker
 
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group
 from taskiq_fanin.api.broker import context_of
@@ -190,3 +189,29 @@ async def test_a_bad_member_is_raised_when_redis_stays_away_for_its_cleanup(
 
     assert isinstance(raised.value, MemberNotSerializableError)
     assert broker.kicked == []
+
+
+async def test_chunks_that_end_unsealed_are_taken_back_not_dispatched(
+    rig: Rig,
+) -> None:
+    """A source that stops before its last chunk (a bug, or a generator
+    finished by an earlier error) never has a ledger kicked unsealed."""
+    from taskiq_fanin.groups.planning import plan_group
+    from taskiq_fanin.groups.validation import validate_group
+
+    broker, client, seen = rig
+    member, then = seen["tasks"]
+    ctx = context_of(broker)
+    spec = group([Signature.of(member, i) for i in range(4)], group_id="cut")
+    plan = validate_group(ctx, spec)
+
+    async def cut() -> Any:
+        async for chunk in ledger.chunks(ctx, plan):
+            yield chunk
+            return  # the first of two, not the last
+
+    with pytest.raises(RuntimeError, match="unsealed"):
+        await plan_group(ctx, plan, chunks=cut())
+
+    assert broker.kicked == []
+    assert await client.exists("rp:{cut}:meta", "rp:{cut}:plan") == 0

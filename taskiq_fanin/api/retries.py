@@ -29,15 +29,23 @@ RAISED = "%s %s failed while Redis was away; raised to its caller"
 
 
 async def riding(
-    ctx: FanInContext, work: Callable[[], Awaitable[T]], *, what: tuple[str, str]
+    ctx: FanInContext,
+    work: Callable[[], Awaitable[T]],
+    *,
+    what: tuple[str, str],
+    final: Callable[[BaseException], bool] = lambda _: False,
 ) -> T:
-    """Run ``work``, again while Redis is away, for ``retry_for`` at most."""
+    """Run ``work``, again while Redis is away, for ``retry_for`` at most.
+
+    ``final``: an error never retried (the caller's own, whatever its type).
+    """
     return await retrying(
         work,
         retry_for=ctx.config.retry_for,
         what=what,
         giving_up=RAISED,
         log_refusals=False,
+        final=final,
     )
 
 

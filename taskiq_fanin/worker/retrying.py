@@ -28,6 +28,8 @@ from redis.exceptions import (
     TimeoutError as RedisTimeoutError,
 )
 
+from taskiq_fanin.model.errors import FanInError
+
 logger = logging.getLogger("taskiq_fanin")
 
 T = TypeVar("T")
@@ -57,11 +59,17 @@ LONGEST_BACKOFF = 2.0
 
 
 def is_transient(error: BaseException) -> bool:
-    """Whether ``error`` (or what caused it: a kick wraps it) is Redis being away."""
+    """Whether ``error`` (or what caused it: a kick wraps it) is Redis being away.
+
+    One of ours that is not (bad input, a group lost) is final, whatever
+    caused it.
+    """
     seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, TRANSIENT):
             return True
+        if isinstance(seen, FanInError):
+            return False
         seen = seen.__cause__
     return False
 
@@ -77,13 +85,15 @@ async def retrying(
     what: tuple[str, str],
     giving_up: str = LEFT_UNACKNOWLEDGED,
     log_refusals: bool = True,
+    final: Callable[[BaseException], bool] = lambda _: False,
 ) -> T:
     """Run ``work``; while it fails with Redis away, again, up to ``retry_for`` s.
 
     ``what``: what is done, and of which task (for the log, when it retries);
     ``giving_up``: what the log says when it raises (``what`` filled in);
     ``log_refusals``: also when the error is not Redis away (a caller's bad
-    input is the caller's to report, not the log's).
+    input is the caller's to report, not the log's); ``final``: an error
+    raised at once, Redis away or not (a caller's own iterator's).
     """
     loop = asyncio.get_running_loop()
     give_up_at = loop.time() + retry_for
@@ -93,7 +103,7 @@ async def retrying(
             return await work()
         except Exception as error:
             left = give_up_at - loop.time()
-            transient = is_transient(error)
+            transient = not final(error) and is_transient(error)
             if not transient or left <= 0:
                 if transient or log_refusals:
                     logger.exception(giving_up, *what)
