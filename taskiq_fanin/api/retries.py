@@ -46,6 +46,7 @@ async def riding(
         giving_up=RAISED,
         log_refusals=False,
         final=final,
+        traceback=False,
     )
 
 

@@ -86,6 +86,7 @@ async def retrying(
     giving_up: str = LEFT_UNACKNOWLEDGED,
     log_refusals: bool = True,
     final: Callable[[BaseException], bool] = lambda _: False,
+    traceback: bool = True,
 ) -> T:
     """Run ``work``; while it fails with Redis away, again, up to ``retry_for`` s.
 
@@ -93,7 +94,9 @@ async def retrying(
     ``giving_up``: what the log says when it raises (``what`` filled in);
     ``log_refusals``: also when the error is not Redis away (a caller's bad
     input is the caller's to report, not the log's); ``final``: an error
-    raised at once, Redis away or not (a caller's own iterator's).
+    raised at once, Redis away or not (a caller's own iterator's);
+    ``traceback``: logged with it when giving up (a caller's verb raises it to
+    its caller, who reports it: a warning alone, not the error twice).
     """
     loop = asyncio.get_running_loop()
     give_up_at = loop.time() + retry_for
@@ -105,8 +108,10 @@ async def retrying(
             left = give_up_at - loop.time()
             transient = not final(error) and is_transient(error)
             if not transient or left <= 0:
-                if transient or log_refusals:
+                if traceback and (transient or log_refusals):
                     logger.exception(giving_up, *what)
+                elif transient or log_refusals:
+                    logger.warning(giving_up + " (%s)", *what, error)
                 raise
             logger.warning("%s %s: Redis is away (%s); retrying", *what, error)
         await asyncio.sleep(min(backoff, left))  # the last try at the very end
