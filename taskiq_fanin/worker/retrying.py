@@ -18,6 +18,7 @@ from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import (
     ClusterError,
     ReadOnlyError,
+    RedisClusterException,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -53,6 +54,14 @@ TRANSIENT: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
 )
+#: What redis-py's Cluster client raises when its slots refresh meets a
+#: failover under way (``NodesManager.initialize``): the nodes disagree on the
+#: slots for a moment, or leave some uncovered. Matched by message, narrowly:
+#: its other ``RedisClusterException`` s are misuse, not Redis away.
+CLUSTER_REFRESHING = (
+    "All slots are not covered",
+    "startup_nodes could not agree on a valid slots cache",
+)
 #: The first wait between tries, and the longest (seconds).
 FIRST_BACKOFF = 0.05
 LONGEST_BACKOFF = 2.0
@@ -66,12 +75,18 @@ def is_transient(error: BaseException) -> bool:
     """
     seen: BaseException | None = error
     while seen is not None:
-        if isinstance(seen, TRANSIENT):
+        if isinstance(seen, TRANSIENT) or _cluster_refreshing(seen):
             return True
         if isinstance(seen, FanInError):
             return False
         seen = seen.__cause__
     return False
+
+
+def _cluster_refreshing(error: BaseException) -> bool:
+    return isinstance(error, RedisClusterException) and any(
+        text in str(error) for text in CLUSTER_REFRESHING
+    )
 
 
 #: What the log says when a hook gives up.
