@@ -200,7 +200,7 @@ async def test_chunks_that_end_unsealed_are_taken_back_not_dispatched(
     from taskiq_fanin.groups.validation import validate_group
 
     broker, client, seen = rig
-    member, then = seen["tasks"]
+    member, _ = seen["tasks"]
     ctx = context_of(broker)
     spec = group([Signature.of(member, i) for i in range(4)], group_id="cut")
     plan = validate_group(ctx, spec)
