@@ -571,6 +571,79 @@ async def _sweep_until_lost(fanin: FanInMiddleware, *, policy: str | None) -> Fi
     return finding
 
 
+#: How the attempts of a chain's on_error stood when its holder's worker died,
+#: and the late copies that may still come (a reclaimed one, a retry it kicked).
+_HOLDERS = {
+    # Attempt 0 failed and its retry middleware kicked attempt 1; its worker
+    # died before it released the lease (or mid-body: nothing comes then).
+    "attempt 0": ([0], [0, 1]),
+    # Attempt 0 failed and released; attempt 1 ran and its worker died: the
+    # stream broker reclaims attempt 1 an idle timeout later.
+    "attempt 1": ([0, 1], [0, 1, 2]),
+}
+
+
+@pytest.mark.parametrize("holder", list(_HOLDERS))
+async def test_a_late_copy_never_takes_the_lease_over_from_the_sweeps_copy(
+    redis_url: str, key_prefix: str, holder: str
+) -> None:
+    """The copy of ``on_error`` the sweep kicks once the holder's lease ran out
+    holds the lease alone: no late copy of the holder's attempt (reclaimed by
+    the stream broker), nor the retry the holder kicked, takes it over. The
+    attempts before it are played on the record by hand (their message lost)."""
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix)
+    go = asyncio.Event()
+    began: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        began.append(failure)
+        await go.wait()
+
+    played, late = _HOLDERS[holder]
+    broker.drop = {"late~on_error"}  # the failure's kick: played by hand
+    keys = ChainKeys(key_prefix, "late")
+    async with worker(broker, max_async_tasks=4) as receiver:
+        redis = fanin.context.redis
+        scripts = fanin.context.chain_scripts
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="late"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+        token = (await scripts.read(keys)).token
+
+        async def begin(attempt: int, delivery: str) -> Begin:
+            return await scripts.begin_on_error(
+                keys, token=token, attempt=attempt, delivery=delivery, lease_ms=60_000
+            )
+
+        for attempt in played:
+            assert await begin(attempt, f"a{attempt}") is Begin.RUN
+            if attempt != played[-1]:
+                assert await scripts.release_on_error(
+                    keys, token=token, attempt=attempt
+                )
+        await redis.hset(keys.record, "on_error_until", 1)  # its worker died
+        await redis.zadd(chain_index_key(key_prefix), {"late": 0})
+        finding = await _sweep_until_lost(fanin, policy="redrive")
+        await eventually(lambda: bool(began), what="the sweep's copy to begin")
+        answers = {attempt: await begin(attempt, f"late{attempt}") for attempt in late}
+        go.set()
+        await eventually(
+            lambda: _on_error_is(redis, keys.record, "completed"),
+            what="on_error to complete",
+        )
+        await drained(broker, receiver)
+
+    assert (finding.action, finding.applied) == (SweepAction.REDISPATCH, True)
+    assert answers == {attempt: Begin.RUNNING_ELSEWHERE for attempt in late}
+    assert len(began) == 1
+
+
 # -- taskiq's retry middlewares on an on_error that fails -----------------------
 
 
@@ -713,3 +786,32 @@ async def test_a_failed_attempt_of_on_error_lets_its_retry_run(
     found = await _state(client, keys)
     assert (found.on_error_state, found.on_error_until) == ("running", 0)
     assert await begin("a1-copy", 1) is Begin.RUN
+
+
+async def test_the_attempt_recorded_for_on_error_never_goes_down(
+    client: Redis, key_prefix: str
+) -> None:
+    """Attempt n exists only once a copy of attempt n-1 ended: a copy of an
+    earlier attempt than the one recorded never runs, lease or not, and a later
+    one takes a held lease over only from the attempt just before it. So the
+    sweep's copy, kicked as the attempt after the holder whose worker died,
+    is taken over by no late copy of that holder nor by the retry it kicked."""
+    scripts, keys = await _failed_chain(client, key_prefix)
+
+    async def begin(delivery: str, attempt: int) -> Begin:
+        return await scripts.begin_on_error(
+            keys, token="tok", attempt=attempt, delivery=delivery, lease_ms=60_000
+        )
+
+    assert await begin("a0", 0) is Begin.RUN
+    await client.hset(keys.record, "on_error_until", 1)  # a0's worker died
+    assert await begin("sweep", 1) is Begin.RUN  # the sweep's copy: attempt 1
+    assert await begin("a1-late", 1) is Begin.RUNNING_ELSEWHERE  # a0's retry
+    assert await begin("a0-again", 0) is Begin.RUNNING_ELSEWHERE
+    await client.hset(keys.record, "on_error_until", 1)  # the sweep's died too
+    assert await begin("a0-again", 0) is Begin.RUNNING_ELSEWHERE  # never lower
+    assert (await _state(client, keys)).on_error_attempt == 1
+    assert await begin("a2", 2) is Begin.RUN
+    assert await begin("a4", 4) is Begin.RUNNING_ELSEWHERE  # a jump: lease held
+    assert await begin("a3", 3) is Begin.RUN  # the attempt after a2's
+    assert (await _state(client, keys)).on_error_attempt == 3

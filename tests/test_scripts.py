@@ -490,6 +490,34 @@ async def test_a_retry_takes_the_run_lease_over_from_the_attempt_that_failed(
     assert await begin(scripts, keys, attempt=1, delivery="c5") is Begin.RUN
 
 
+async def test_the_attempt_recorded_for_a_continuation_never_goes_down(
+    client: Redis, keys: GroupKeys
+) -> None:
+    """A copy of an earlier attempt than the recorded one never runs, lease or
+    not; a later one takes a held lease over only from the attempt just before
+    it: the sweep's re-dispatch (the attempt after the holder whose worker
+    died) is taken over by no late copy of that holder nor its retry."""
+    scripts = scripts_on(client)
+    await create(scripts, keys, total=1)
+    await record(scripts, keys, 0)
+    assert await dispatch(scripts, keys, "then")
+
+    assert await begin(scripts, keys, attempt=0, delivery="a0") is Begin.RUN
+    await lease_runs_out(client, keys)  # a0's worker died
+    assert await begin(scripts, keys, attempt=1, delivery="sweep") is Begin.RUN
+    late = await begin(scripts, keys, attempt=1, delivery="a1-late")
+    assert late is Begin.RUNNING_ELSEWHERE  # a0's retry
+    await lease_runs_out(client, keys)  # the sweep's copy died too
+    again = await begin(scripts, keys, attempt=0, delivery="a0-again")
+    assert again is Begin.RUNNING_ELSEWHERE  # never lower
+    assert await client.hget(keys.meta, "run_attempt") == b"1"
+    assert await begin(scripts, keys, attempt=2, delivery="a2") is Begin.RUN
+    jump = await begin(scripts, keys, attempt=4, delivery="a4")
+    assert jump is Begin.RUNNING_ELSEWHERE  # a jump: the lease is held
+    assert await begin(scripts, keys, attempt=3, delivery="a3") is Begin.RUN
+    assert await client.hget(keys.meta, "run_attempt") == b"3"
+
+
 async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(
     client: Redis, keys: GroupKeys
 ) -> None:
