@@ -18,7 +18,7 @@ from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.ids import chain_on_error_id
-from taskiq_fanin.model.labels import OnErrorRef
+from taskiq_fanin.model.labels import RETRIES_LABEL, OnErrorRef
 from taskiq_fanin.model.results import (
     ChainFailure,
     ChainState,
@@ -34,13 +34,21 @@ COMPLETED = "completed"
 RUNNING = "running"
 
 
-async def kick(ctx: FanInContext, cursor: ChainCursor, failure: ChainFailure) -> None:
-    """Enqueue the chain's ``on_error`` with its failure (its id the same each time)."""
+async def kick(
+    ctx: FanInContext, cursor: ChainCursor, failure: ChainFailure, *, attempt: int = 0
+) -> None:
+    """Enqueue the chain's ``on_error`` with its failure (its id the same each time).
+
+    ``attempt``: the retry middlewares' count it goes as (``_retries``).
+    """
     if cursor.on_error is None:
         return
     ref = OnErrorRef(chain_id=cursor.id, token=cursor.token)
+    labels: dict[str, object] = dict(ref.label())
+    if attempt:
+        labels[RETRIES_LABEL] = attempt
     await (
-        cursor.on_error.with_labels(**ref.label())
+        cursor.on_error.with_labels(**labels)
         .kicker(ctx.kicker)
         .with_task_id(chain_on_error_id(cursor.id))
         .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
@@ -78,11 +86,24 @@ async def kick_again(
     """Kick a failed chain's ``on_error`` again, as its failure kicked it (the sweep).
 
     Its run guard lets this copy run only if no other copy holds the lease and
-    none ran to its end.
+    none ran to its end. It goes as the attempt after the one recorded
+    (:func:`next_attempt`).
     """
     unknown = MemberError(type="UnknownError", message="").model_dump_json()
     failure = failure_of(cursor, chain.step_names, chain.error_entry or unknown)
-    await kick(ctx, cursor, failure)
+    await kick(ctx, cursor, failure, attempt=next_attempt(chain))
+
+
+def next_attempt(chain: ChainRecord) -> int:
+    """The attempt the sweep's copy of ``on_error`` goes as: after the recorded one.
+
+    A copy that began and was lost (its worker died mid-body, or after its
+    retry middleware kicked the next attempt, or its retry's message was lost)
+    counts as a failed attempt: so no late copy of it, nor the retry it kicked,
+    takes the lease over from the sweep's (``may_take_lease`` in the Lua
+    prelude). None began: attempt 0, as the failure's kick.
+    """
+    return chain.on_error_attempt + 1 if chain.on_error_state == RUNNING else 0
 
 
 async def begin(
@@ -90,7 +111,8 @@ async def begin(
 ) -> Begin:
     """Whether this delivery of ``on_error`` may run its body (``RUN``).
 
-    ``attempt`` counts the retry middleware's attempts: a later one takes over.
+    ``attempt`` counts the retry middleware's attempts: the next one takes over
+    (an earlier one never runs: ``may_take_lease`` in the Lua prelude).
     The lease lasts ``finaliser_lease``; the same delivery asking again renews it.
     """
     return await ctx.chain_scripts.begin_on_error(

@@ -7,8 +7,9 @@
   finaliser has recorded the dispatch.
 
   A retry middleware kicks the next attempt of a failed one before that failed
-  attempt's worker has released its lease: a later attempt (run_attempt) takes
-  the lease over, a copy of the same or an earlier attempt does not.
+  attempt's worker has released its lease: the next attempt (run_attempt + 1)
+  takes the lease over, a copy of the same attempt does not, and one of an
+  earlier attempt never runs (may_take_lease; run_attempt never goes down).
 
   KEYS[1] meta
 
@@ -31,12 +32,13 @@ local state = meta[2]
 if state == 'running' then
   local now = now_ms()
   local attempt = tonumber(ARGV[2])
-  if tonumber(meta[3]) > now and attempt <= (tonumber(meta[4]) or 0)
-      and meta[5] ~= ARGV[3] then
+  local recorded = tonumber(meta[4]) or 0
+  if meta[5] ~= ARGV[3]
+      and not may_take_lease(attempt, recorded, (tonumber(meta[3]) or 0) > now) then
     return Begin.RUNNING_ELSEWHERE
   end
   redis.call('HSET', KEYS[1], 'run_until', now + tonumber(ARGV[4]),
-    'run_attempt', attempt, 'run_by', ARGV[3])
+    'run_attempt', math.max(attempt, recorded), 'run_by', ARGV[3])
   return Begin.RUN
 end
 if not may_move('group', state, 'running') then

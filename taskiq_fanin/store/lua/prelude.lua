@@ -25,6 +25,19 @@ local function may_move(record, from, to)
   return allowed ~= nil and allowed[to] == true
 end
 
+-- Whether a copy of `attempt` may take a run lease whose holder recorded
+-- `recorded` (another delivery; `held`: its lease has not run out). Attempt n
+-- exists only once a copy of n-1 ended, so an earlier attempt's copy never
+-- runs; the next attempt takes even a held lease over (the retry middleware
+-- kicks it before the failed attempt releases); a copy of the same attempt, or
+-- a jump past the next, only once the lease is not held.
+local function may_take_lease(attempt, recorded, held)
+  if attempt < recorded then
+    return false
+  end
+  return attempt == recorded + 1 or not held
+end
+
 -- Set the hash's `field` from `from` to `to` (and any more field/value pairs):
 -- the state of a record kept in a field of another's hash (a chain's error
 -- continuation, in its chain's record).
