@@ -644,6 +644,117 @@ async def test_a_late_copy_never_takes_the_lease_over_from_the_sweeps_copy(
     assert len(began) == 1
 
 
+async def test_a_lost_on_error_is_kicked_again_at_most_max_redrives_times(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Every kick of it lost on its way, no copy ever begins: under ``redrive``
+    the sweep kicks it again once a span, each counted (``redrives``), at most
+    ``max_redrives`` times; past that it reports it, and the chain stays
+    indexed (a copy may still come)."""
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, deadline=SHORT, finaliser_lease=SHORT, max_redrives=2
+    )
+    ran: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        ran.append(failure)
+
+    seen: list[tuple[SweepAction, bool, int]] = []
+    async with worker(broker, max_async_tasks=4) as receiver:
+        broker.drop = {"cap~on_error"}
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="cap"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+
+        async def reported_past_the_cap() -> bool:
+            broker.drop.add("cap~on_error")  # this kick is lost too
+            report = await sweep(fanin, policy="redrive")
+            seen.extend(
+                (f.action, f.applied, f.redrives)
+                for f in report.findings
+                if f.kind is FindingKind.ON_ERROR_LOST
+            )
+            return bool(seen) and seen[-1][0] is SweepAction.REPORT
+
+        await eventually(
+            reported_past_the_cap, timeout=10, interval=0.1, what="the cap"
+        )
+        await drained(broker, receiver)
+        indexed = await fanin.context.redis.zscore(chain_index_key(key_prefix), "cap")
+
+    assert seen == [
+        (SweepAction.REDISPATCH, True, 1),
+        (SweepAction.REDISPATCH, True, 2),
+        (SweepAction.REPORT, True, 2),
+    ]
+    assert "re-kicks used" in (await _last_note(fanin, "cap"))
+    assert ran == []
+    assert indexed is not None
+
+
+async def _last_note(fanin: FanInMiddleware, chain_id: str) -> str:
+    """The note of what a sweep now finds of the chain (a dry run)."""
+    await fanin.context.redis.zadd(
+        chain_index_key(fanin.context.config.prefix), {chain_id: 0}
+    )
+    report = await sweep(fanin, policy="redrive", dry_run=True)
+    (finding,) = [f for f in report.findings if f.group_id == chain_id]
+    return finding.note
+
+
+async def test_a_released_on_error_whose_retry_is_lost_is_kicked_as_the_next_attempt(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Attempt 0 failed and released its lease for the retry middleware's
+    attempt 1, whose message was lost. A span after the release the sweep
+    reports it; under ``redrive`` it kicks it again as attempt 1, which runs
+    to its end. Attempt 0 is played on the record by hand."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, sent, deadline=SHORT, finaliser_lease=SHORT
+    )
+    ran: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        ran.append(failure)
+
+    broker.drop = {"rel~on_error"}  # the failure's kick: played by hand
+    keys = ChainKeys(key_prefix, "rel")
+    async with worker(broker, max_async_tasks=4) as receiver:
+        scripts = fanin.context.chain_scripts
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="rel"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+        token = (await scripts.read(keys)).token
+        began = await scripts.begin_on_error(
+            keys, token=token, attempt=0, delivery="a0", lease_ms=60_000
+        )
+        assert await scripts.release_on_error(keys, token=token, attempt=0)
+        reported = await _sweep_until_lost(fanin, policy=None)
+        again = await _sweep_until_lost(fanin, policy="redrive")
+        await eventually(lambda: len(ran) == 1, what="on_error to run")
+        await drained(broker, receiver)
+
+    assert began is Begin.RUN
+    assert (reported.action, reported.applied) == (SweepAction.REPORT, True)
+    assert "its retry did not begin" in reported.note
+    assert (again.action, again.applied) == (SweepAction.REDISPATCH, True)
+    (kicked,) = [m for m in sent.executed if m.task_name == chain_failed.task_name]
+    assert int(kicked.labels["_retries"]) == 1
+
+
 # -- taskiq's retry middlewares on an on_error that fails -----------------------
 
 
