@@ -81,29 +81,18 @@ def outstanding(chain: ChainRecord) -> ChainCursor | None:
 
 
 async def kick_again(
-    ctx: FanInContext, cursor: ChainCursor, chain: ChainRecord
+    ctx: FanInContext, cursor: ChainCursor, chain: ChainRecord, *, attempt: int
 ) -> None:
     """Kick a failed chain's ``on_error`` again, as its failure kicked it (the sweep).
 
     Its run guard lets this copy run only if no other copy holds the lease and
-    none ran to its end. It goes as the attempt after the one recorded
-    (:func:`next_attempt`).
+    none ran to its end. ``attempt``: as which it goes (``redriveOnError``: the
+    one after the recorded attempt, so that no late copy of a lost one, nor the
+    retry it kicked, takes the lease over from this one).
     """
     unknown = MemberError(type="UnknownError", message="").model_dump_json()
     failure = failure_of(cursor, chain.step_names, chain.error_entry or unknown)
-    await kick(ctx, cursor, failure, attempt=next_attempt(chain))
-
-
-def next_attempt(chain: ChainRecord) -> int:
-    """The attempt the sweep's copy of ``on_error`` goes as: after the recorded one.
-
-    A copy that began and was lost (its worker died mid-body, or after its
-    retry middleware kicked the next attempt, or its retry's message was lost)
-    counts as a failed attempt: so no late copy of it, nor the retry it kicked,
-    takes the lease over from the sweep's (``may_take_lease`` in the Lua
-    prelude). None began: attempt 0, as the failure's kick.
-    """
-    return chain.on_error_attempt + 1 if chain.on_error_state == RUNNING else 0
+    await kick(ctx, cursor, failure, attempt=attempt)
 
 
 async def begin(
@@ -125,9 +114,16 @@ async def begin(
 
 
 async def release(ctx: FanInContext, ref: OnErrorRef, *, attempt: int) -> None:
-    """An attempt ended with a retry to come: let the retry run."""
+    """An attempt ended with a retry to come: let the retry run.
+
+    The retry is due to begin within the chain's step span: past it, the sweep
+    counts it lost (``sweep/on_error.py``).
+    """
     await ctx.chain_scripts.release_on_error(
-        record.keys_of(ctx, ref.chain_id), token=ref.token, attempt=attempt
+        record.keys_of(ctx, ref.chain_id),
+        token=ref.token,
+        attempt=attempt,
+        span_ms=ms(ctx.config.deadline),
     )
 
 
