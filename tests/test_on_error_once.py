@@ -34,12 +34,13 @@ from taskiq_fanin import (
 )
 from taskiq_fanin.api.chains import Chain
 from taskiq_fanin.inspection import chain_status
-from taskiq_fanin.model.ids import undo_chain_id
+from taskiq_fanin.model.ids import member_task_id, undo_chain_id
 from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.keys import ChainKeys, chain_index_key
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Begin, Failed
+from taskiq_fanin.sweep import chains as sweep_chains
 from taskiq_fanin.sweeping import Finding, FindingKind, SweepAction
 from tests.fault_harness import Rig, alive, fault_rig, nudging, summary
 from tests.harness import (
@@ -756,6 +757,57 @@ async def test_a_released_on_error_whose_retry_is_lost_is_kicked_as_the_next_att
     assert (again.action, again.applied) == (SweepAction.REDISPATCH, True)
     (kicked,) = [m for m in sent.executed if m.task_name == chain_failed.task_name]
     assert int(kicked.labels["_retries"]) == 1
+
+
+async def test_a_watched_failed_member_chain_is_settled_once(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group member's chain failed; its ``on_error`` runs long, so the sweep
+    keeps the chain indexed and visits it again and again: what its end may
+    have left undone (the member's outcome) is settled at the first visit
+    only, not with a ``recordOutcome`` call at every one."""
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    go = asyncio.Event()
+    settled: list[str] = []
+    settle = sweep_chains.settle_member
+
+    async def counted(ctx: object, chain: ChainRecord, *, delivery: str) -> None:
+        settled.append(delivery)
+        await settle(ctx, chain, delivery=delivery)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sweep_chains, "settle_member", counted)
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        await go.wait()
+
+    index = chain_index_key(key_prefix)
+    member = member_task_id("gm", 0)  # the member chain's id
+    record = ChainKeys(key_prefix, member).record
+    async with worker(broker, max_async_tasks=4) as receiver:
+        redis = fanin.context.redis
+        await group(
+            [chain(Signature.of(fails), on_error=chain_failed)],
+            failure_policy="fail",
+            group_id="gm",
+        ).kiq(broker)
+        await eventually(
+            lambda: _on_error_is(redis, record, "running"), what="on_error to begin"
+        )
+        for _ in range(3):
+            await redis.zadd(index, {member: 0})
+            await sweep(fanin)
+        go.set()
+        await eventually(
+            lambda: _on_error_is(redis, record, "completed"), what="its completion"
+        )
+        await drained(broker, receiver)
+
+    assert len(settled) == 1
 
 
 # -- taskiq's retry middlewares on an on_error that fails -----------------------
