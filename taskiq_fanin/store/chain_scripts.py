@@ -235,6 +235,11 @@ class ChainScripts:
         reply = await self._call_record("completeOnError", keys, [token])
         return Applied(reply) is Applied.APPLIED
 
+    async def mark_settled(self, keys: ChainKeys, *, token: str) -> bool:
+        """The sweep settled the chain's end once: later visits settle nothing."""
+        reply = await self._call_record("markSettled", keys, [token])
+        return Applied(reply) is Applied.APPLIED
+
     async def inspect(self, keys: ChainKeys) -> tuple[ChainRecord, int] | None:
         """The record and Redis's now (epoch ms); ``None`` if the chain is gone."""
         reply = await self._call_record("inspectChain", keys, [])

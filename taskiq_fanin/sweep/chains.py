@@ -125,9 +125,12 @@ async def _over(
     A failed chain is watched until its ``on_error`` ran to its end
     (``sweep/on_error.py``).
     """
-    if not dry_run:
-        await _settle(ctx, chain_id, chain)
     cursor = on_error.outstanding(chain)
+    if not dry_run and not chain.settled:
+        await _settle(ctx, chain_id, chain)
+        if cursor is not None:  # watched on: settled once, not at every visit
+            keys = record.keys_of(ctx, chain_id)
+            await ctx.chain_scripts.mark_settled(keys, token=chain.token)
     if cursor is not None:
         return await judge_on_error(
             ctx, chain_id, cursor, chain, now, policy=policy, dry_run=dry_run

@@ -51,6 +51,7 @@ class ChainRecord:
         "on_error_by": "on_error_by",
         "on_error_retry_by": "on_error_retry_by",
         "on_error_redrives": "on_error_redrives",
+        "settled": "settled",
     }
 
     token: str = ""
@@ -101,6 +102,8 @@ class ChainRecord:
     on_error_retry_by: int = 0
     #: How many times the sweep kicked it again (``redriveOnError``).
     on_error_redrives: int = 0
+    #: The sweep settled its end once (``markSettled``): a watched chain's.
+    settled: bool = False
 
     @classmethod
     def from_hash(cls, raw: RawHash) -> "ChainRecord":
@@ -142,6 +145,7 @@ class ChainRecord:
             on_error_by=f.get("on_error_by", ""),
             on_error_retry_by=as_int(f, "on_error_retry_by"),
             on_error_redrives=as_int(f, "on_error_redrives"),
+            settled=bool(f.get("settled")),
         )
 
     @property
