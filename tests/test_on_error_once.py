@@ -41,7 +41,7 @@ from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Begin, Failed
 from taskiq_fanin.sweep import chains as sweep_chains
-from taskiq_fanin.sweeping import Finding, FindingKind, SweepAction
+from taskiq_fanin.sweeping import Finding, FindingKind, SweepAction, SweepReport
 from tests.fault_harness import Rig, alive, fault_rig, nudging, summary
 from tests.harness import (
     SentMessages,
@@ -983,3 +983,15 @@ async def test_the_attempt_recorded_for_on_error_never_goes_down(
     assert await begin("a4", 4) is Begin.RUNNING_ELSEWHERE  # a jump: lease held
     assert await begin("a3", 3) is Begin.RUN  # the attempt after a2's
     assert (await _state(client, keys)).on_error_attempt == 3
+
+
+def test_a_lost_on_error_counts_as_stuck() -> None:
+    """For the stuck gauge, ``--fail-on-stuck`` and alerts (``report.stuck``)."""
+    finding = Finding(
+        group_id="c",
+        kind=FindingKind.ON_ERROR_LOST,
+        action=SweepAction.REPORT,
+        applied=True,
+        state="failed",
+    )
+    assert SweepReport(dry_run=False, findings=[finding]).stuck == [finding]
