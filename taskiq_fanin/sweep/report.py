@@ -95,7 +95,13 @@ class SweepReport(BaseModel):
 
 
 #: The findings that count as stuck (for the gauge, --fail-on-stuck, alerts).
-STUCK_KINDS = (FindingKind.STUCK, FindingKind.UNPLANNED, FindingKind.CHAIN_STUCK)
+#: A lost ``on_error`` counts: it stopped moving as much as a stuck chain.
+STUCK_KINDS = (
+    FindingKind.STUCK,
+    FindingKind.UNPLANNED,
+    FindingKind.CHAIN_STUCK,
+    FindingKind.ON_ERROR_LOST,
+)
 
 
 #: The findings about a chain (their note says where it is).
