@@ -34,6 +34,7 @@ from taskiq_fanin import (
 )
 from taskiq_fanin.api.chains import Chain
 from taskiq_fanin.inspection import chain_status
+from taskiq_fanin.model.config import DEFAULT_MAX_REDRIVES
 from taskiq_fanin.model.ids import member_task_id, undo_chain_id
 from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.keys import ChainKeys, chain_index_key
@@ -334,10 +335,18 @@ async def test_on_a_list_broker_an_on_error_refused_then_killed_runs_again_once(
         ("lst", SweepAction.REPORT, True)
     ]
     assert kicked_on_report == 0
-    assert redispatched == [(FindingKind.ON_ERROR_LOST, SweepAction.REDISPATCH, True)]
+    # What is promised: it runs to its end once; the sweep kicked it again at
+    # least once and at most max_redrives times (once, unless its copy had not
+    # begun a span on, on a loaded machine: a second copy is then refused).
+    kicks = [found for found in redispatched if found[1] is SweepAction.REDISPATCH]
+    assert set(redispatched) <= {
+        (FindingKind.ON_ERROR_LOST, SweepAction.REDISPATCH, True),
+        (FindingKind.ON_ERROR_LOST, SweepAction.REPORT, True),  # past the cap
+    }
+    assert 1 <= len(kicks) <= DEFAULT_MAX_REDRIVES
     assert on_errors == [["lst", 2]]
-    assert starts == 2  # the killed run, and the copy the sweep kicked
-    assert deliveries == 3  # the first, the refused duplicate, the sweep's
+    assert starts == 2  # the killed run, and one copy the sweep kicked
+    assert deliveries == 2 + len(kicks)  # the first, the refused duplicate, ...
     assert compensations == ["lst~1", "lst~0"]  # each once, last first
     assert (status.state.value, status.failed_step) == ("failed", 2)
 
