@@ -33,7 +33,7 @@ from taskiq_fanin import (
     sweep,
 )
 from taskiq_fanin.api.chains import Chain
-from taskiq_fanin.inspection import chain_status
+from taskiq_fanin.inspection import chain_status, list_chains
 from taskiq_fanin.model.config import DEFAULT_MAX_REDRIVES
 from taskiq_fanin.model.ids import member_task_id, undo_chain_id
 from taskiq_fanin.store.chain_scripts import ChainScripts
@@ -817,6 +817,40 @@ async def test_a_watched_failed_member_chain_is_settled_once(
         await drained(broker, receiver)
 
     assert len(settled) == 1
+
+
+async def test_failed_chains_watched_in_the_index_hide_no_running_chain_from_list(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Failed chains the sweep watches (their ``on_error`` lost, reported
+    each visit) sit in the chains' index ahead of a running chain: a listing
+    of ``limit`` chains still finds the running one."""
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    await broker.startup()
+    try:
+        scripts = fanin.context.chain_scripts
+        index = chain_index_key(key_prefix)
+        for n in range(3):
+            keys = ChainKeys(key_prefix, f"f{n}")
+            await scripts.start(
+                keys, token="tok", names="[]", steps=1, ttl_ms=60_000,
+                pending="", deadline_ms=60_000,
+            )  # fmt: skip
+            await scripts.begin_failing(
+                keys, token="tok", step=0, error="{}", delivery="step"
+            )
+            assert await scripts.end_failing(keys, token="tok")
+            await fanin.context.redis.zadd(index, {f"f{n}": n})
+        await scripts.start(
+            ChainKeys(key_prefix, "run"), token="tok", names="[]", steps=1,
+            ttl_ms=60_000, pending="", deadline_ms=60_000,
+        )  # fmt: skip
+        await fanin.context.redis.zadd(index, {"run": 10})
+        listed = await list_chains(fanin, limit=2)
+    finally:
+        await broker.shutdown()
+
+    assert [status.chain_id for status in listed] == ["run"]
 
 
 # -- taskiq's retry middlewares on an on_error that fails -----------------------
