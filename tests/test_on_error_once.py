@@ -853,6 +853,57 @@ async def test_failed_chains_watched_in_the_index_hide_no_running_chain_from_lis
     assert [status.chain_id for status in listed] == ["run"]
 
 
+async def test_the_sweeps_copy_takes_no_lease_over_from_a_copy_begun_after_its_kick(
+    redis_url: str, key_prefix: str
+) -> None:
+    """The sweep kicked its copy once the holder's lease ran out; before that
+    copy began, the broker brought the holder's message back (reclaimed) and
+    it took the lease. The sweep's copy goes as the next attempt, but no
+    attempt ended: it takes no lease over, and is left unacknowledged."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, sent)
+    began: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        began.append(failure)
+
+    broker.drop = {"race~on_error"}  # the failure's kick: played by hand
+    keys = ChainKeys(key_prefix, "race")
+    async with worker(broker, max_async_tasks=4) as receiver:
+        redis = fanin.context.redis
+        scripts = fanin.context.chain_scripts
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="race"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+        token = (await scripts.read(keys)).token
+
+        async def begin(delivery: str) -> Begin:
+            return await scripts.begin_on_error(
+                keys, token=token, attempt=0, delivery=delivery, lease_ms=60_000
+            )
+
+        assert await begin("a0") is Begin.RUN
+        await redis.hset(keys.record, "on_error_until", 1)  # its worker died
+        await redis.zadd(chain_index_key(key_prefix), {"race": 0})
+        broker.drop.add("race~on_error")  # the sweep's kick: held back here
+        finding = await _sweep_until_lost(fanin, policy="redrive")
+        reclaimed = await begin("a0-reclaimed")  # the broker brought a0 back
+        kicked = sent.of_task(chain_failed.task_name)[-1]  # the sweep's
+        await sent.resend(kicked)  # now the sweep's copy reaches a worker
+        await drained(broker, receiver, abandoned=1)  # refused, unacknowledged
+
+    assert (finding.action, finding.applied) == (SweepAction.REDISPATCH, True)
+    assert reclaimed is Begin.RUN
+    assert int(kicked.labels["_retries"]) == 1
+    assert began == []
+
+
 # -- taskiq's retry middlewares on an on_error that fails -----------------------
 
 
