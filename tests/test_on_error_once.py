@@ -36,6 +36,7 @@ from taskiq_fanin.api.chains import Chain
 from taskiq_fanin.inspection import chain_status, list_chains
 from taskiq_fanin.model.config import DEFAULT_MAX_REDRIVES
 from taskiq_fanin.model.ids import member_task_id, undo_chain_id
+from taskiq_fanin.model.labels import RETRIES_LABEL, retry_labels, takes_over
 from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.keys import ChainKeys, chain_index_key
 from taskiq_fanin.store.pipeline import PipelineBatcher
@@ -1060,9 +1061,14 @@ async def test_the_attempt_recorded_for_on_error_never_goes_down(
     is taken over by no late copy of that holder nor by the retry it kicked."""
     scripts, keys = await _failed_chain(client, key_prefix)
 
-    async def begin(delivery: str, attempt: int) -> Begin:
+    async def begin(delivery: str, attempt: int, *, takes_over: bool = True) -> Begin:
         return await scripts.begin_on_error(
-            keys, token="tok", attempt=attempt, delivery=delivery, lease_ms=60_000
+            keys,
+            token="tok",
+            attempt=attempt,
+            delivery=delivery,
+            lease_ms=60_000,
+            takes_over=takes_over,
         )
 
     assert await begin("a0", 0) is Begin.RUN
@@ -1077,6 +1083,20 @@ async def test_the_attempt_recorded_for_on_error_never_goes_down(
     assert await begin("a4", 4) is Begin.RUNNING_ELSEWHERE  # a jump: lease held
     assert await begin("a3", 3) is Begin.RUN  # the attempt after a2's
     assert (await _state(client, keys)).on_error_attempt == 3
+    # The sweep's copy, as attempt 4, takes no held lease over: a3 may run.
+    assert await begin("sweep4", 4, takes_over=False) is Begin.RUNNING_ELSEWHERE
+    await client.hset(keys.record, "on_error_until", 1)  # a3's worker died
+    assert await begin("sweep4", 4, takes_over=False) is Begin.RUN
+
+
+def test_a_retry_of_the_sweeps_copy_takes_over_and_the_copy_does_not() -> None:
+    """taskiq's retry middlewares copy every label to the next attempt."""
+    sweeps = retry_labels(2, sweep_copy=True)
+    assert not takes_over(sweeps)
+    assert takes_over({**sweeps, RETRIES_LABEL: 3})  # the retry of it
+    assert takes_over({RETRIES_LABEL: 1})
+    assert takes_over({})
+    assert retry_labels(0, sweep_copy=False) == {}
 
 
 def test_a_lost_on_error_counts_as_stuck() -> None:

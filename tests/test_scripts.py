@@ -516,6 +516,12 @@ async def test_the_attempt_recorded_for_a_continuation_never_goes_down(
     assert jump is Begin.RUNNING_ELSEWHERE  # a jump: the lease is held
     assert await begin(scripts, keys, attempt=3, delivery="a3") is Begin.RUN
     assert await client.hget(keys.meta, "run_attempt") == b"3"
+    # The sweep's re-dispatch, as attempt 4, takes no held lease over.
+    sweeps = await scripts.begin_continuation(
+        keys, token=TOKEN, attempt=4, delivery="sweep", lease_ms=60_000,
+        takes_over=False,
+    )  # fmt: skip
+    assert sweeps is Begin.RUNNING_ELSEWHERE
 
 
 async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(

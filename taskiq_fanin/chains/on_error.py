@@ -18,7 +18,7 @@ from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.ids import chain_on_error_id
-from taskiq_fanin.model.labels import RETRIES_LABEL, OnErrorRef
+from taskiq_fanin.model.labels import OnErrorRef, retry_labels
 from taskiq_fanin.model.results import (
     ChainFailure,
     ChainState,
@@ -35,18 +35,22 @@ RUNNING = "running"
 
 
 async def kick(
-    ctx: FanInContext, cursor: ChainCursor, failure: ChainFailure, *, attempt: int = 0
+    ctx: FanInContext,
+    cursor: ChainCursor,
+    failure: ChainFailure,
+    *,
+    attempt: int = 0,
+    sweep_copy: bool = False,
 ) -> None:
     """Enqueue the chain's ``on_error`` with its failure (its id the same each time).
 
-    ``attempt``: the retry middlewares' count it goes as (``_retries``).
+    ``attempt``: the retry middlewares' count it goes as (``_retries``);
+    ``sweep_copy``: the sweep's, which takes no held lease over.
     """
     if cursor.on_error is None:
         return
     ref = OnErrorRef(chain_id=cursor.id, token=cursor.token)
-    labels: dict[str, object] = dict(ref.label())
-    if attempt:
-        labels[RETRIES_LABEL] = attempt
+    labels = {**ref.label(), **retry_labels(attempt, sweep_copy=sweep_copy)}
     await (
         cursor.on_error.with_labels(**labels)
         .kicker(ctx.kicker)
@@ -92,16 +96,22 @@ async def kick_again(
     """
     unknown = MemberError(type="UnknownError", message="").model_dump_json()
     failure = failure_of(cursor, chain.step_names, chain.error_entry or unknown)
-    await kick(ctx, cursor, failure, attempt=attempt)
+    await kick(ctx, cursor, failure, attempt=attempt, sweep_copy=True)
 
 
 async def begin(
-    ctx: FanInContext, ref: OnErrorRef, *, attempt: int, delivery: str
+    ctx: FanInContext,
+    ref: OnErrorRef,
+    *,
+    attempt: int,
+    delivery: str,
+    takes_over: bool = True,
 ) -> Begin:
     """Whether this delivery of ``on_error`` may run its body (``RUN``).
 
     ``attempt`` counts the retry middleware's attempts: the next one takes over
-    (an earlier one never runs: ``may_take_lease`` in the Lua prelude).
+    (an earlier one never runs: ``may_take_lease`` in the Lua prelude), unless
+    it is the sweep's copy (``takes_over``).
     The lease lasts ``finaliser_lease``; the same delivery asking again renews it.
     """
     return await ctx.chain_scripts.begin_on_error(
@@ -110,6 +120,7 @@ async def begin(
         attempt=attempt,
         delivery=delivery,
         lease_ms=ms(ctx.config.lease),
+        takes_over=takes_over,
     )
 
 

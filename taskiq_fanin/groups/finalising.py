@@ -14,7 +14,7 @@ from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import index
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.group_result import GroupResult, ResultsReference
-from taskiq_fanin.model.labels import RETRIES_LABEL, ContinuationRef
+from taskiq_fanin.model.labels import ContinuationRef, retry_labels
 from taskiq_fanin.model.results import FailurePolicy, MemberError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.store.keys import GroupKeys
@@ -162,9 +162,8 @@ async def _kick_continuation(
 ) -> None:
     if continuation is None:
         return
-    labels: dict[str, object] = dict(ref.label())
-    if attempt:
-        labels[RETRIES_LABEL] = attempt
+    # The sweep's re-dispatch (attempt > 0) takes no held lease over.
+    labels = {**ref.label(), **retry_labels(attempt, sweep_copy=attempt > 0)}
     await (
         continuation.with_labels(**labels)
         .kicker(ctx.prompt_kicker)

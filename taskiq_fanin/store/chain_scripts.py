@@ -197,13 +197,22 @@ class ChainScripts:
         return Applied(reply) is Applied.APPLIED
 
     async def begin_on_error(
-        self, keys: ChainKeys, *, token: str, attempt: int, delivery: str, lease_ms: int
+        self,
+        keys: ChainKeys,
+        *,
+        token: str,
+        attempt: int,
+        delivery: str,
+        lease_ms: int,
+        takes_over: bool = True,
     ) -> Begin:
         """May this delivery of the chain's error continuation run (one copy, once)?
 
-        Asked again by the same delivery, it renews its lease.
+        Asked again by the same delivery, it renews its lease. ``takes_over``:
+        as the next attempt it may take a held lease over (a retry's, not the
+        sweep's copy).
         """
-        args: Args = [token, attempt, delivery, lease_ms]
+        args: Args = [token, attempt, delivery, lease_ms, int(takes_over)]
         return Begin(await self._call_record("beginOnError", keys, args))
 
     async def release_on_error(

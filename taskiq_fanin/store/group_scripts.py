@@ -249,13 +249,22 @@ class GroupScripts:
         return await self._applied("cancelGroup", cancelling, [tombstone_ms])
 
     async def begin_continuation(
-        self, keys: GroupKeys, *, token: str, attempt: int, delivery: str, lease_ms: int
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        attempt: int,
+        delivery: str,
+        lease_ms: int,
+        takes_over: bool = True,
     ) -> Begin:
         """May this delivery of the continuation run (one copy at a time)?
 
-        Asked again by the same delivery, it renews its lease.
+        Asked again by the same delivery, it renews its lease. ``takes_over``:
+        as the next attempt it may take a held lease over (a retry's, not the
+        sweep's copy).
         """
-        args = [token, attempt, delivery, lease_ms]
+        args = [token, attempt, delivery, lease_ms, int(takes_over)]
         # The continuation's body waits on it: sent at once, not behind the
         # loop's ready tasks (one a group).
         begin = self._scripts["beginContinuation"]

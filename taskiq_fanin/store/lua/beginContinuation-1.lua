@@ -17,6 +17,7 @@
   ARGV[2] attempt   0 first, 1 the first retry, ...
   ARGV[3] delivery  this delivery (random): asking again, it holds the lease
   ARGV[4] lease     ms the lease lasts from now (renewed while the body runs)
+  ARGV[5] takes_over '0' for the sweep's copy: it takes no held lease over
 
   Returns Begin.RUN: run it; Begin.SKIP: skip it (completed, or cancelled);
   Begin.RUNNING_ELSEWHERE: skip it (another copy is running). A group that is
@@ -34,7 +35,8 @@ if state == 'running' then
   local attempt = tonumber(ARGV[2])
   local recorded = tonumber(meta[4]) or 0
   if meta[5] ~= ARGV[3]
-      and not may_take_lease(attempt, recorded, (tonumber(meta[3]) or 0) > now) then
+      and not may_take_lease(attempt, recorded, (tonumber(meta[3]) or 0) > now,
+        ARGV[5]) then
     return Begin.RUNNING_ELSEWHERE
   end
   redis.call('HSET', KEYS[1], 'run_until', now + tonumber(ARGV[4]),

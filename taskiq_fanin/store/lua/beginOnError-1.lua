@@ -16,6 +16,7 @@
   ARGV[2] attempt   0 first, 1 the first retry, ...
   ARGV[3] delivery  this delivery (random): asking again, it holds the lease
   ARGV[4] lease     ms the lease lasts from now (renewed while the body runs)
+  ARGV[5] takes_over '0' for the sweep's copy: it takes no held lease over
 
   Returns Begin.RUN: run it; Begin.SKIP: skip it (a copy ran to its end);
   Begin.RUNNING_ELSEWHERE: skip it (another copy is running). A chain that is
@@ -35,7 +36,7 @@ local now = now_ms()
 local attempt = tonumber(ARGV[2])
 if state == 'running' and record[5] ~= ARGV[3] then
   if not may_take_lease(attempt, tonumber(record[4]) or 0,
-      (tonumber(record[3]) or 0) > now) then
+      (tonumber(record[3]) or 0) > now, ARGV[5]) then
     return Begin.RUNNING_ELSEWHERE
   end
 end

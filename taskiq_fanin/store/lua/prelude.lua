@@ -29,13 +29,14 @@ end
 -- `recorded` (another delivery; `held`: its lease has not run out). Attempt n
 -- exists only once a copy of n-1 ended, so an earlier attempt's copy never
 -- runs; the next attempt takes even a held lease over (the retry middleware
--- kicks it before the failed attempt releases); a copy of the same attempt, or
--- a jump past the next, only once the lease is not held.
-local function may_take_lease(attempt, recorded, held)
+-- kicks it before the failed attempt releases), unless it is the sweep's copy
+-- (`takes_over` '0': it goes as the next attempt, but nothing ended); a copy
+-- of the same attempt, or a jump past the next, only once it is not held.
+local function may_take_lease(attempt, recorded, held, takes_over)
   if attempt < recorded then
     return false
   end
-  return attempt == recorded + 1 or not held
+  return not held or (attempt == recorded + 1 and takes_over ~= '0')
 end
 
 -- Set the hash's `field` from `from` to `to` (and any more field/value pairs):
