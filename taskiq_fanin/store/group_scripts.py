@@ -260,13 +260,10 @@ class GroupScripts:
     ) -> Begin:
         """May this delivery of the continuation run (one copy at a time)?
 
-        Asked again by the same delivery, it renews its lease. ``takes_over``:
-        as the next attempt it may take a held lease over (a retry's, not the
-        sweep's copy).
+        Asked again by the same delivery, it renews its lease; ``takes_over``:
+        false for the sweep's copy. Sent at once: the continuation waits on it.
         """
         args = [token, attempt, delivery, lease_ms, int(takes_over)]
-        # The continuation's body waits on it: sent at once, not behind the
-        # loop's ready tasks (one a group).
         begin = self._scripts["beginContinuation"]
         return Begin(await begin(keys=[keys.meta], args=args, now=True))
 
@@ -274,8 +271,7 @@ class GroupScripts:
         self, keys: GroupKeys, *, token: str, lease_ms: int, claimant: str
     ) -> bool:
         """Take over a claimed group whose finaliser's lease ran out."""
-        reclaim = self._scripts["reclaimFinaliser"]
-        args = [token, lease_ms, claimant]
+        reclaim, args = self._scripts["reclaimFinaliser"], [token, lease_ms, claimant]
         reply = await reclaim(keys=[keys.meta, keys.claim], args=args)
         return Applied(reply) is Applied.APPLIED
 
@@ -283,8 +279,7 @@ class GroupScripts:
         self, keys: GroupKeys, *, token: str, attempt: int
     ) -> bool:
         """Give up an attempt's run lease so that its retry may run."""
-        args = [token, attempt]
-        return await self._applied("releaseContinuation", [keys.meta], args)
+        return await self._applied("releaseContinuation", [keys.meta], [token, attempt])
 
     async def schedule(
         self, index: str, item: str, *, after_ms: int, mode: str, now: bool = False
