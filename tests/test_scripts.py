@@ -9,8 +9,9 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.replies import (
     Begin,
@@ -522,6 +523,36 @@ async def test_the_attempt_recorded_for_a_continuation_never_goes_down(
         takes_over=False,
     )  # fmt: skip
     assert sweeps is Begin.RUNNING_ELSEWHERE
+
+
+async def test_the_attempt_recorded_for_a_chain_step_never_goes_down(
+    client: Redis, key_prefix: str
+) -> None:
+    """As a continuation's: at a step, a copy of an earlier attempt than the
+    recorded one never runs, and a later one takes a held lease over only from
+    the attempt just before it; the next step starts afresh."""
+    chains = ChainScripts(client, PipelineBatcher(client))
+    keys = ChainKeys(key_prefix, "c")
+    await chains.start(
+        keys, token=TOKEN, names="[]", steps=2, ttl_ms=60_000, pending="",
+        deadline_ms=60_000,
+    )  # fmt: skip
+
+    async def begin(attempt: int, delivery: str, step: int = 0) -> Begin:
+        return await chains.begin_step(
+            keys, token=TOKEN, step=step, attempt=attempt, delivery=delivery,
+            lease_ms=60_000,
+        )  # fmt: skip
+
+    assert await begin(0, "a0") is Begin.RUN
+    await client.hset(keys.record, "run_until", 1)  # a0's worker died
+    assert await begin(1, "sweep") is Begin.RUN  # the sweep's copy: attempt 1
+    assert await begin(1, "a1-late") is Begin.RUNNING_ELSEWHERE  # a0's retry
+    await client.hset(keys.record, "run_until", 1)  # the sweep's died too
+    assert await begin(0, "a0-again") is Begin.RUNNING_ELSEWHERE  # never lower
+    assert await client.hget(keys.record, "run_attempt") == b"1"
+    assert await begin(3, "a3") is Begin.RUN  # a jump, the lease not held
+    assert await begin(5, "a5") is Begin.RUNNING_ELSEWHERE  # a jump: held
 
 
 async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(
