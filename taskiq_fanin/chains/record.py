@@ -144,9 +144,17 @@ async def state(ctx: FanInContext, chain_id: str) -> ChainState:
 
 
 async def begin_step(
-    ctx: FanInContext, cursor: ChainCursor, *, attempt: int, delivery: str
+    ctx: FanInContext,
+    cursor: ChainCursor,
+    *,
+    attempt: int,
+    delivery: str,
+    takes_over: bool = True,
 ) -> Begin:
-    """May this delivery of the cursor's step run (at that step, one copy)?"""
+    """May this delivery of the cursor's step run (at that step, one copy)?
+
+    ``takes_over``: false for the sweep's copy (it takes no held lease over).
+    """
     return await ctx.chain_scripts.begin_step(
         keys_of(ctx, cursor.id),
         token=cursor.token,
@@ -154,6 +162,7 @@ async def begin_step(
         attempt=attempt,
         delivery=delivery,
         lease_ms=ms(ctx.config.lease),
+        takes_over=takes_over,
     )
 
 

@@ -180,12 +180,14 @@ class ChainScripts:
         attempt: int,
         delivery: str,
         lease_ms: int,
+        takes_over: bool = True,
     ) -> Begin:
         """May this delivery of a step run (the chain at it, one copy at a time)?
 
-        Asked again by the same delivery, it renews its lease.
+        Asked again by the same delivery, it renews its lease; ``takes_over``:
+        false for the sweep's copy.
         """
-        args: Args = [token, step, attempt, delivery, lease_ms]
+        args: Args = [token, step, attempt, delivery, lease_ms, int(takes_over)]
         return Begin(await self._call_record("beginStep", keys, args))
 
     async def release_step(

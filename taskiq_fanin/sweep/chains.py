@@ -182,7 +182,10 @@ async def _act(
         )
         finding.redrives = redrives
         if pending:
-            await launch.repeat(ctx, pending)
+            # A copy of the step began and was lost: the attempt after it.
+            began = chain.run_step == chain.step
+            attempt = chain.run_attempt + 1 if began else 0
+            await launch.repeat(ctx, pending, attempt=attempt)
             finding.applied = True
             look_again = due.deadline_ms(ctx, chain)
         else:

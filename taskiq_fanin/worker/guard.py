@@ -91,7 +91,12 @@ async def may_run(
     cursor = ChainCursor.from_labels(message.labels)
     if cursor is not None:
         step_lease: Renew = functools.partial(
-            record.begin_step, ctx, cursor, attempt=attempt, delivery=delivery
+            record.begin_step,
+            ctx,
+            cursor,
+            attempt=attempt,
+            delivery=delivery,
+            takes_over=takes_over(message.labels),
         )
         begun = await step_lease()
         if begun is not Begin.RUN:

@@ -3,7 +3,8 @@
   that step, and one copy at a time. The running copy holds a lease in the
   record (run_until, on Redis's clock) that its worker renews by asking again
   while the body runs; a copy redelivered after that worker died runs once the
-  lease has run out, and a retry middleware's later attempt takes it over.
+  lease has run out, and a retry middleware's next attempt takes it over
+  (may_take_lease: the recorded attempt never goes down).
 
   KEYS[1] record
 
@@ -12,6 +13,7 @@
   ARGV[3] attempt   0 first, 1 the first retry, ...
   ARGV[4] delivery  this delivery (random): asking again, it holds the lease
   ARGV[5] lease     ms the lease lasts from now (renewed while the body runs)
+  ARGV[6] takes_over '0' for the sweep's copy: it takes no held lease over
 
   Returns Begin.RUN: run it; Begin.SKIP: skip it (the chain is past this step,
   over, cancelled, or not this token's); Begin.RUNNING_ELSEWHERE: skip it
@@ -29,10 +31,12 @@ if record[1] ~= ARGV[1] or record[2] ~= 'running'
 end
 local now = now_ms()
 local attempt = tonumber(ARGV[3])
-if record[4] == ARGV[2] and (tonumber(record[5]) or 0) > now
-    and attempt <= (tonumber(record[6]) or 0) and record[7] ~= ARGV[4] then
+local at_step = record[4] == ARGV[2]  -- a copy of this step began: its lease
+local recorded = at_step and (tonumber(record[6]) or 0) or 0
+if at_step and record[7] ~= ARGV[4] and not may_take_lease(attempt, recorded,
+    (tonumber(record[5]) or 0) > now, ARGV[6]) then
   return Begin.RUNNING_ELSEWHERE
 end
-redis.call('HSET', KEYS[1], 'run_step', ARGV[2],
-  'run_until', now + tonumber(ARGV[5]), 'run_attempt', attempt, 'run_by', ARGV[4])
+redis.call('HSET', KEYS[1], 'run_step', ARGV[2], 'run_until', now + tonumber(ARGV[5]),
+  'run_attempt', math.max(attempt, recorded), 'run_by', ARGV[4])
 return Begin.RUN
