@@ -13,7 +13,9 @@ be read and copied.)
   ``provide_redis()`` falls back on an embedded fakeredis too (``provider``);
 - ``RedisSentinel``: a primary, a replica and three sentinels
   (``redis-server --sentinel``) on free loopback ports; ``kill_primary()``
-  SIGKILLs the primary and waits for a replica's promotion (``sentinel``);
+  SIGKILLs the primary and waits for a replica's promotion (``sentinel``,
+  ``sentinel_node``); ``LOCAL_REDIS_KEEP_LOGS=<dir>`` keeps a copy of every
+  stopped server's log there (``kept_logs``);
 - ``TaskiqWorker`` / ``process_group``: a ``taskiq worker`` (or any command) in
   its own process group, stopped for certain: SIGTERM, then SIGKILL after a
   grace, until the group is empty (``workers``, ``processes``);

@@ -46,20 +46,33 @@ class _ClusterNode(RedisServer):
     """A cluster-enabled server whose cluster bus port is picked free as well.
 
     ``cluster-port`` (Redis 7+) replaces the default bus port ``port + 10000``,
-    which is out of range for most ports the kernel hands out.
+    which is out of range for most ports the kernel hands out. A restarted node
+    keeps its bus port (and its directory, so its ``nodes.conf``): the other
+    nodes know it by both ports, and take it back, as a replica of whichever
+    node was promoted in its place.
     """
 
     #: Milliseconds before a silent node counts as failing (a replica takes over).
     node_timeout_ms = 5000
+    #: The bus port, picked at the first start and kept across restarts.
+    bus_port: int | None = None
 
     def _server_args(self, port: int) -> list[str]:
+        if self.bus_port is None:
+            self.bus_port = free_port()
         return [
             *super()._server_args(port),
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
-            "--cluster-port", str(free_port()),
+            "--cluster-port", str(self.bus_port),
             "--cluster-node-timeout", str(self.node_timeout_ms),
         ]  # fmt: skip
+
+    def _launch(self, executable: str, port: int) -> bool:
+        launched = super()._launch(executable, port)
+        if not launched and self._port is None:
+            self.bus_port = None  # a first start: another try may take another
+        return launched
 
 
 class RedisCluster:

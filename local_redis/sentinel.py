@@ -13,9 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
-import redis
-from redis.exceptions import RedisError
-
+from local_redis.sentinel_node import SentinelNode, info, master_view, named_primary
 from local_redis.server import (
     DEFAULT_STARTUP_TIMEOUT,
     DEFAULT_STOP_GRACE,
@@ -27,84 +25,15 @@ from local_redis.server import (
 #: The name the sentinels know the primary by.
 DEFAULT_MASTER_NAME = "fanin-primary"
 #: A primary that does not answer for this long is down (Sentinel's own: 30 s).
-DEFAULT_DOWN_AFTER_MS = 1000
+#: Well over a second: a sentinel reconnects at most once a second, and its
+#: down clock for a promoted primary starts at the switch, so its first PING
+#: may leave nearly a second late; with 1 s, a promoted primary slow to answer
+#: on a busy box was failed over again at once (tests/test_local_sentinel.py).
+DEFAULT_DOWN_AFTER_MS = 3000
 #: How long one failover may take before another is tried (Sentinel's: 3 min).
 DEFAULT_FAILOVER_TIMEOUT_MS = 3000
 #: How long a setup may take to agree (replicas in sync, sentinels known).
 DEFAULT_AGREE_TIMEOUT = 30.0
-#: Sentinels that must agree the primary is down: a majority of three.
-_QUORUM = 2
-
-
-def _client(port: int) -> redis.Redis:
-    return redis.Redis(
-        host=LOOPBACK,
-        port=port,
-        socket_timeout=1.0,
-        socket_connect_timeout=1.0,
-        decode_responses=True,
-    )
-
-
-def _named_primary(sentinel_port: int, master_name: str) -> int | None:
-    """The primary's port as the sentinel on ``sentinel_port`` names it, if it does."""
-    client = _client(sentinel_port)
-    try:
-        found: object = client.sentinel_get_master_addr_by_name(master_name)
-    except RedisError:
-        return None
-    finally:
-        client.close()
-    if isinstance(found, list | tuple) and len(found) == 2:
-        return int(found[1])
-    return None
-
-
-def _info(port: int, section: str) -> dict[str, object]:
-    """``INFO section`` of the server on ``port``, empty when it does not answer."""
-    client = _client(port)
-    try:
-        found: dict[str, object] = client.info(section)
-    except RedisError:
-        return {}
-    finally:
-        client.close()
-    return found
-
-
-class _SentinelNode(RedisServer):
-    """``redis-server --sentinel`` watching one primary, with its own config file."""
-
-    def __init__(
-        self,
-        *,
-        master_name: str,
-        primary_port: int,
-        down_after_ms: int,
-        failover_timeout_ms: int,
-        startup_timeout: float,
-        stop_grace: float,
-    ) -> None:
-        super().__init__(startup_timeout=startup_timeout, stop_grace=stop_grace)
-        self._watch = (master_name, primary_port, down_after_ms, failover_timeout_ms)
-
-    def _server_args(self, port: int) -> list[str]:
-        name, primary, down_after, failover = self._watch
-        config = self.directory / "sentinel.conf"
-        if not config.exists():  # a restart keeps what the sentinel learnt
-            config.write_text(
-                f"sentinel monitor {name} {LOOPBACK} {primary} {_QUORUM}\n"
-                f"sentinel down-after-milliseconds {name} {down_after}\n"
-                f"sentinel failover-timeout {name} {failover}\n"
-                f"sentinel parallel-syncs {name} 1\n"
-            )
-        return [
-            str(config), "--sentinel",
-            "--port", str(port),
-            "--bind", LOOPBACK,
-            "--dir", str(self.directory),
-            "--daemonize", "no",
-        ]  # fmt: skip
 
 
 class RedisSentinel:
@@ -148,7 +77,7 @@ class RedisSentinel:
         self._stop_grace = stop_grace
         #: The data servers: the first one is the primary the setup started with.
         self.servers: list[RedisServer] = []
-        self.sentinel_nodes: list[RedisServer] = []
+        self.sentinel_nodes: list[SentinelNode] = []
 
     # -- where things are -------------------------------------------------------
 
@@ -176,7 +105,7 @@ class RedisSentinel:
     def primary_port(self) -> int:
         """The primary's port, as the first sentinel that answers says."""
         for node in self.sentinel_nodes:
-            port = _named_primary(node.port, self.master_name)
+            port = named_primary(node.port, self.master_name)
             if port is not None:
                 return port
         msg = "no sentinel answers with the primary's address"
@@ -195,7 +124,7 @@ class RedisSentinel:
                 self._data_server(("--replicaof", LOOPBACK, str(primary.port)))
             self._wait(self._replicas_in_sync, "the replicas to sync")
             for _ in range(self._sentinel_count):
-                node = _SentinelNode(
+                node = SentinelNode(
                     master_name=self.master_name,
                     primary_port=primary.port,
                     down_after_ms=self._down_after_ms,
@@ -228,11 +157,26 @@ class RedisSentinel:
                 port = self.primary_port()
             except RuntimeError:
                 return False
-            role = _info(port, "replication").get("role")
+            role = info(port, "replication").get("role")
             return port != old_port and role == "master" and self._all_name(port)
 
         self._wait(promoted, f"a replica promoted after port {old_port} died")
         return self.primary
+
+    def epoch(self) -> int:
+        """How many failovers the sentinels have tried (elections held) so far."""
+        return max((node.epoch() for node in self.sentinel_nodes), default=0)
+
+    def followed(self, port: int) -> bool:
+        """Whether every other live data server replicates ``port``, linked."""
+        for server in self.servers:
+            if not server.running or server.port == port:
+                continue
+            found = info(server.port, "replication")
+            linked = found.get("master_link_status") == "up"
+            if not linked or found.get("master_port") != port:
+                return False
+        return True
 
     def stop(self) -> None:
         """Stop every process of the setup. Safe to call twice."""
@@ -270,24 +214,16 @@ class RedisSentinel:
 
     def _replicas_in_sync(self) -> bool:
         return all(
-            _info(server.port, "replication").get("master_link_status") == "up"
+            info(server.port, "replication").get("master_link_status") == "up"
             for server in self.servers[1:]
         )
 
     def _sentinels_agree(self) -> bool:
         """Every sentinel sees the replicas and the other sentinels."""
         for node in self.sentinel_nodes:
-            client = _client(node.port)
-            try:
-                master: object = client.sentinel_master(self.master_name)
-            except RedisError:
-                return False
-            finally:
-                client.close()
-            if not isinstance(master, dict):
-                return False
-            others = int(master.get("num-other-sentinels", 0))
-            replicas = int(master.get("num-slaves", 0))
+            master = master_view(node.port, self.master_name)
+            others = int(str(master.get("num-other-sentinels", 0)))
+            replicas = int(str(master.get("num-slaves", 0)))
             if others < self._sentinel_count - 1 or replicas < self._replicas:
                 return False
         return True
@@ -295,7 +231,7 @@ class RedisSentinel:
     def _all_name(self, port: int) -> bool:
         """Whether every live sentinel names ``port`` as the primary."""
         return all(
-            _named_primary(node.port, self.master_name) == port
+            named_primary(node.port, self.master_name) == port
             for node in self.sentinel_nodes
         )
 

@@ -24,6 +24,7 @@ from typing import Any
 import redis
 from redis.exceptions import RedisError
 
+from local_redis.kept_logs import keep_copy
 from local_redis.processes import stop_process_group
 
 #: Environment variable naming a Redis server to use instead of starting one
@@ -183,6 +184,8 @@ class RedisServer:
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL) and remove its directory.
 
+        The directory is copied first under ``$LOCAL_REDIS_KEEP_LOGS`` when set.
+
         Safe to call more than once, and on a server that never started.
         """
         atexit.unregister(self.stop)
@@ -191,6 +194,7 @@ class RedisServer:
             _thaw(process)  # a suspended server would not act on SIGTERM
             stop_process_group(process, self._stop_grace)
         if self._dir is not None:
+            keep_copy(self._dir)
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 

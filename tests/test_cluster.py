@@ -2,6 +2,8 @@
 tag), so groups spread over the nodes still fan in.
 """
 
+import asyncio
+
 import pytest
 from redis.asyncio import RedisCluster
 
@@ -57,3 +59,38 @@ async def test_groups_on_a_cluster_fan_in_once_each(
     assert states == {"completed"}
     assert len(slots) == 12
     assert len(nodes) > 1, "the groups should spread over several nodes"
+
+
+async def test_many_callers_at_once_on_a_cluster_that_lost_its_scripts_all_succeed(
+    redis_url: str, redis_cluster_url: str, key_prefix: str
+) -> None:
+    """A fresh Cluster, or a replica just promoted (scripts are not replicated),
+    answers every first call NOSCRIPT: callers past the client's connections per
+    node, all reloading at once, failed with ``MaxConnectionsError`` (40 groups
+    and chains started together, before any fault)."""
+    broker, fanin = stream_broker(
+        redis_url,
+        key_prefix,
+        fanin_redis=redis_cluster_url,
+        cluster=True,
+        max_connections=4,
+    )
+    await broker.startup()
+    try:
+        client = fanin.context.redis
+        await client.execute_command(
+            "SCRIPT FLUSH", target_nodes=RedisCluster.PRIMARIES
+        )
+        index = f"{key_prefix}:index"
+        replies = await asyncio.gather(
+            *(
+                fanin.context.scripts.schedule(
+                    index, f"item-{n}", after_ms=1000, mode="nx"
+                )
+                for n in range(40)
+            )
+        )
+    finally:
+        await broker.shutdown()
+
+    assert replies == [True] * 40

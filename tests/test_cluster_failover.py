@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 import redis
 
-from local_redis import RedisCluster, RedisServer
+from local_redis import RedisCluster, RedisServer, eventually
 from taskiq_fanin.store.client import connect
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.replication import Replication
+from taskiq_fanin.worker.retrying import retrying
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 
@@ -130,3 +131,61 @@ async def test_a_failover_loses_acknowledged_writes_and_none_replicated() -> Non
     assert replicated["lost"] == 0
     assert replicated["refused"].get("NotReplicatedError", 0) > 0
     assert replicated["done"] > 0
+
+
+def cluster_state(node: RedisServer) -> str:
+    """What ``node`` says of the cluster: ``ok``, or ``fail`` (some slot has
+    no primary: every node answers CLUSTERDOWN)."""
+    with redis.Redis(host=node.host, port=node.port, socket_timeout=1) as client:
+        info = client.execute_command("CLUSTER", "INFO")
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    fields = dict(line.split(":", 1) for line in text.split() if ":" in line)
+    return fields.get("cluster_state", "").strip()
+
+
+async def test_a_hook_rides_through_a_cluster_down_until_its_node_is_back() -> None:
+    """While a primary is down and no replica has taken its slots, every node
+    answers CLUSTERDOWN (a failover under way, or none possible): Redis away,
+    which a hook retries until the node is back, as it does a restart."""
+    with RedisCluster(node_timeout_ms=1000) as cluster:
+        client = connect(
+            cluster.url, max_connections=8, socket_timeout=2.0, cluster=True
+        )
+        await client.initialize()
+        down = cluster.nodes[1]  # not the client's startup node
+        # A key on a node that stays up: all it meets is the cluster down.
+        key = next(
+            key
+            for key in (f"recorded-{n}" for n in range(100))
+            if client.get_node_from_key(key).port != down.port
+        )
+        down.kill()
+        await eventually(
+            lambda: cluster_state(cluster.nodes[0]) == "fail",
+            timeout=PROMOTION,
+            what="the cluster to be down",
+        )
+        met: list[BaseException] = []
+
+        async def work() -> object:
+            try:
+                return await client.set(key, 1)
+            except Exception as error:
+                met.append(error)
+                raise
+
+        task = asyncio.create_task(
+            retrying(work, retry_for=60, what=("recording", "an outcome"))
+        )
+        try:
+            await eventually(
+                lambda: task.done() or len(met) >= 2, timeout=PROMOTION, what="a try"
+            )
+            assert not task.done(), f"gave up at once: {task.exception()!r}"
+            await asyncio.to_thread(down.restart, crash=True)
+            assert await asyncio.wait_for(task, PROMOTION) is True
+        finally:
+            task.cancel()
+            await client.aclose()
+        kinds = sorted({type(error).__name__ for error in met})
+        print(f"\nmet while the cluster was down: {kinds}")

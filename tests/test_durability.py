@@ -238,3 +238,19 @@ async def test_a_chain_s_advance_and_finish_refused_for_replicas_are_told_again(
         await chains.finish(keys, token="tk", step=1, delivery="d1")
     replicas.acknowledged = 1
     assert await chains.finish(keys, token="tk", step=1, delivery="d1") is Finished.DONE
+
+
+async def test_a_script_not_loaded_yet_is_loaded_while_replicas_are_away(
+    waiting: WaitingRedis, replicas: Replicas
+) -> None:
+    """Its NOSCRIPT is not hidden behind the WAIT's refusal: it is loaded, and
+    the call then refused for its replicas (before, every retry met NOSCRIPT
+    again, and nothing was written while they were away)."""
+    scripts, _ = scripts_on(waiting, durable=True)
+    replicas.acknowledged = 0
+    keys = GroupKeys("t", "g")
+    with pytest.raises(NotReplicatedError):
+        await create(scripts, keys, total=1)
+    sha = scripts._scripts["createGroup"].script.sha
+    assert await waiting.script_exists(sha) == [True]
+    assert await waiting.exists(keys.meta) == 1  # on the primary, not replicated

@@ -4,7 +4,9 @@ A group and a chain complete with real workers while the replica keeps up;
 with the replica frozen (SIGSTOP), recording an outcome is retried, past
 ``retry_for`` the message stays unacknowledged and nothing it carried is acted
 on; once the replica is back, the message comes back and the continuation and
-the chain's last step run, each once (counted after draining).
+the chain's last step run, each once (counted after draining). A caller's
+``kiq()`` rides through a replica behind for a moment, and past ``retry_for``
+raises ``NotReplicatedError`` having dispatched nothing.
 """
 
 import asyncio
@@ -17,6 +19,8 @@ from taskiq_redis import RedisStreamBroker
 
 from local_redis.server import RedisServer
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group
+from taskiq_fanin.errors import NotReplicatedError
+from taskiq_fanin.store.keys import GroupKeys
 from tests.harness import drained, eventually, worker
 
 pytestmark = pytest.mark.faults
@@ -51,7 +55,9 @@ async def replica_in_sync(primary: RedisServer) -> bool:
         await client.aclose()
 
 
-def rig(url: str) -> tuple[RedisStreamBroker, FanInMiddleware, dict[str, Any]]:
+def rig(
+    url: str, *, retry_for: float = RETRY_FOR
+) -> tuple[RedisStreamBroker, FanInMiddleware, dict[str, Any]]:
     broker = RedisStreamBroker(
         url, queue_name="durable:stream", xread_block=100, idle_timeout=1000
     )
@@ -60,7 +66,7 @@ def rig(url: str) -> tuple[RedisStreamBroker, FanInMiddleware, dict[str, Any]]:
         prefix="durable",
         durability="replicated",
         replication_timeout=WAIT_S,
-        retry_for=RETRY_FOR,
+        retry_for=retry_for,
     )
     broker.with_middlewares(fanin)
     go = asyncio.Event()
@@ -156,3 +162,70 @@ async def test_an_outcome_the_replica_missed_is_not_done_until_it_is_back(
 
 async def _pending_at_least(url: str, least: int) -> bool:
     return await pending(url) >= least
+
+
+async def test_a_caller_s_kiq_rides_through_a_replica_behind_for_a_moment(
+    pair: tuple[RedisServer, RedisServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    primary, replica = pair
+    await eventually(lambda: replica_in_sync(primary), what="the replica to sync")
+    broker, _, seen = rig(primary.url, retry_for=20.0)
+    member, then, _, _, _ = seen["tasks"]
+    async with worker(broker, max_async_tasks=10) as receiver:
+        replica.suspend()
+        try:
+            planning = asyncio.create_task(
+                group(
+                    [Signature.of(member, i) for i in range(20)],
+                    then=then,
+                    group_id="behind",
+                ).kiq(broker)
+            )
+            # A write of the plan the replica did not take in time: retried.
+            await eventually(
+                lambda: "Planning group behind: Redis is away" in caplog.text,
+                what="the planner to retry",
+            )
+            assert not planning.done()
+            assert seen["members"] == 0  # nothing kicked before it is replicated
+        finally:
+            replica.resume()
+        handle = await planning
+        await eventually(
+            lambda: bool(seen["then"]), timeout=30, what="the continuation"
+        )
+        await drained(broker, receiver)
+    assert handle.created is True
+    assert seen["then"] == [20]
+    assert seen["members"] == 20
+
+
+async def test_past_retry_for_a_caller_s_kiq_raises_and_dispatches_nothing(
+    pair: tuple[RedisServer, RedisServer],
+) -> None:
+    """Honestly: the plan is on the primary (unplanned; the sweep, or planning
+    the same id again, dispatches it once the replica is back), not a member
+    was kicked, and the caller heard ``NotReplicatedError``."""
+    primary, replica = pair
+    await eventually(lambda: replica_in_sync(primary), what="the replica to sync")
+    broker, _, seen = rig(primary.url)
+    member, then, _, _, _ = seen["tasks"]
+    async with worker(broker, max_async_tasks=10):
+        replica.suspend()
+        try:
+            with pytest.raises(NotReplicatedError):
+                await group(
+                    [Signature.of(member, i) for i in range(5)],
+                    then=then,
+                    group_id="never",
+                ).kiq(broker)
+        finally:
+            replica.resume()
+        client = Redis.from_url(primary.url)
+        try:
+            assert await client.xlen("durable:stream") == 0
+            meta = GroupKeys("durable", "never").meta
+            assert await client.hget(meta, "planned") == b"0"
+        finally:
+            await client.aclose()
+    assert seen["members"] == 0

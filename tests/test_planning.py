@@ -28,7 +28,8 @@ class FlakyBroker(InMemoryBroker):
 
 @pytest.fixture
 async def fanin(fake_redis: FakeRedis) -> FanInMiddleware:
-    return FanInMiddleware(fake_redis, prefix="plan")
+    # A kick that keeps failing is retried for retry_for, then raised.
+    return FanInMiddleware(fake_redis, prefix="plan", retry_for=0.2)
 
 
 async def started(broker: InMemoryBroker, fanin: FanInMiddleware) -> InMemoryBroker:
@@ -114,7 +115,9 @@ async def test_planning_again_after_the_planner_died_dispatches_the_rest(
 ) -> None:
     """A planner that died outright (its lease not released) holds the group
     for its lease: another planner may not know it is dead before then."""
-    fanin = FanInMiddleware(fake_redis, prefix="replan", finaliser_lease=0.05)
+    fanin = FanInMiddleware(
+        fake_redis, prefix="replan", finaliser_lease=0.5, retry_for=0.1
+    )
     broker = await started(FlakyBroker(fail_from=2), fanin)
 
     async def died(*_: object, **__: object) -> bool:
@@ -151,7 +154,7 @@ async def test_planning_again_at_once_after_a_failed_dispatch_dispatches_the_res
     """A planner whose kick failed releases its lease: planning the group again
     a moment later (a retry, another process) dispatches the rest at once,
     instead of waiting a finaliser_lease (60 s by default)."""
-    fanin = FanInMiddleware(fake_redis, prefix="release")
+    fanin = FanInMiddleware(fake_redis, prefix="release", retry_for=0.2)
     broker = await started(FlakyBroker(fail_from=2), fanin)
 
     @broker.task

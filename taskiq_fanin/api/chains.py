@@ -1,11 +1,13 @@
 """``chain(...)``: steps described, then started on a broker."""
 
+import secrets
 import uuid
 from dataclasses import dataclass, field
 
 from taskiq_fanin.api.broker import Target, context_of
 from taskiq_fanin.api.checks import wrong_kind
-from taskiq_fanin.chains import launch, record, saga
+from taskiq_fanin.api.retries import cancel_chain_riding, riding
+from taskiq_fanin.chains import launch, record
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.model.errors import InvalidChainError
 from taskiq_fanin.model.results import ChainStatus
@@ -30,7 +32,7 @@ class ChainHandle:
 
         No further step runs, and the compensations of its completed steps run.
         """
-        return await saga.cancel(self._ctx, self.chain_id)
+        return await cancel_chain_riding(self._ctx, self.chain_id)
 
 
 class Chain(ChainSpec):
@@ -41,14 +43,24 @@ class Chain(ChainSpec):
     """
 
     async def kiq(self, broker: Target) -> ChainHandle:
-        """Start the chain on ``broker``: its record, then its first step."""
+        """Start the chain on ``broker``: its record, then its first step.
+
+        While Redis (or the broker's) is away, starting is tried again with the
+        same id and token, for the middleware's ``retry_for``, then the error
+        is raised.
+        """
         ctx = context_of(broker)
         chain_id = (
             validate_chain_id(self.chain_id)
             if self.chain_id is not None
             else uuid.uuid4().hex
         )
-        await launch.start(ctx, self, chain_id=chain_id)
+        token = secrets.token_hex(8)
+        await riding(
+            ctx,
+            lambda: launch.start(ctx, self, chain_id=chain_id, token=token),
+            what=("Starting chain", chain_id),
+        )
         return ChainHandle(chain_id, ctx)
 
 

@@ -9,10 +9,10 @@ import enum
 from datetime import datetime
 
 from taskiq_fanin.api.broker import Target, context_of
-from taskiq_fanin.chains import record, saga
+from taskiq_fanin.api.retries import cancel_chain_riding, cancel_group_riding, riding
+from taskiq_fanin.chains import record
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import inspection
-from taskiq_fanin.groups.continuation import cancel_group
 from taskiq_fanin.groups.inspection import DEFAULT_LIST_LIMIT
 from taskiq_fanin.model.results import ChainStatus, GroupStatus
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys, validate_lookup_id
@@ -68,14 +68,18 @@ async def cancel(target: Target, workflow_id: str) -> bool:
     and the compensations of its completed steps run. A cancelled group runs no
     continuation; members already enqueued still run (their outcomes are
     counted in its status), unless the group was planned with
-    ``cancellable=True``, whose members check the flag first.
+    ``cancellable=True``, whose members check the flag first. While Redis is
+    away it is tried again for the middleware's ``retry_for`` (a try that was
+    done tells ``True``), then the error is raised.
     """
     ctx = context_of(target)
-    kind = await resolve(ctx, workflow_id)
+    kind = await riding(
+        ctx, lambda: resolve(ctx, workflow_id), what=("Finding", workflow_id)
+    )
     if kind is Kind.GROUP:
-        return await cancel_group(ctx, workflow_id)
+        return await cancel_group_riding(ctx, workflow_id)
     if kind is Kind.CHAIN:
-        return await saga.cancel(ctx, workflow_id)
+        return await cancel_chain_riding(ctx, workflow_id)
     return False
 
 

@@ -9,9 +9,9 @@ from taskiq import AsyncTaskiqTask
 
 from taskiq_fanin.api.broker import Target, context_of
 from taskiq_fanin.api.checks import wrong_kind
+from taskiq_fanin.api.retries import cancel_group_riding, riding
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import inspection
-from taskiq_fanin.groups.continuation import cancel_group
+from taskiq_fanin.groups import inspection, ledger
 from taskiq_fanin.groups.planning import plan_group
 from taskiq_fanin.groups.validation import validate_group
 from taskiq_fanin.model.errors import InvalidGroupError
@@ -48,7 +48,7 @@ class GroupHandle:
         group was planned with ``cancellable=True``.
         """
         validate_group_id(self.group_id, derived=True)  # group_handle takes any str
-        return await cancel_group(self._ctx, self.group_id)
+        return await cancel_group_riding(self._ctx, self.group_id)
 
 
 def group_handle(target: Target, kicked: AsyncTaskiqTask[Any] | str) -> GroupHandle:
@@ -90,7 +90,9 @@ class Group(GroupSpec):
         Bad input raises a ``FanInError`` before anything is kicked: before
         anything is written for listed members; for members from an iterator,
         before the chunk holding the bad one is written, the chunks written
-        before it being removed again.
+        before it being removed again. While Redis (or the broker's) is away,
+        planning is tried again with the same id and token, for the
+        middleware's ``retry_for``, then the error is raised.
         """
         ctx = context_of(broker)
         if self.streamed:
@@ -101,7 +103,17 @@ class Group(GroupSpec):
                     "plan it again"
                 )
             self._kicked = True
-        planned = await plan_group(ctx, validate_group(ctx, self, stream=self.stream))
+        plan = validate_group(ctx, self, stream=self.stream)
+        # Tried again while Redis is away, with the same id and token.
+        chunks = ledger.Replay(ctx, plan)
+        try:
+            planned = await riding(
+                ctx,
+                lambda: plan_group(ctx, plan, chunks=chunks.attempt()),
+                what=("Planning group", plan.group_id),
+            )
+        finally:
+            await chunks.aclose()
         return GroupHandle(planned.group_id, planned.created, ctx)
 
 

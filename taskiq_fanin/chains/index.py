@@ -31,7 +31,7 @@ async def look_sooner(ctx: FanInContext, chain_id: str, after_ms: int) -> None:
 async def remove(ctx: FanInContext, chain_id: str) -> None:
     """The chain needs no more sweeping."""
     key = chain_index_key(ctx.config.prefix)
-    await ctx.scripts.send(lambda pipe: pipe.zrem(key, chain_id))
+    await ctx.scripts.send(lambda pipe: pipe.zrem(key, chain_id), written=key)
 
 
 async def due(ctx: FanInContext, batch: int) -> tuple[int, list[str]]:

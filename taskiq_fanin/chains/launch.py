@@ -6,6 +6,7 @@ workflow record in Redis makes "enqueue next" happen once per step. A step may
 be a group: its continuation carries the chain on with the ``GroupResult``.
 """
 
+import hashlib
 import json
 import secrets
 from collections.abc import Sequence
@@ -38,18 +39,21 @@ async def start(
     member: MemberRef | None = None,
     depth: int = 1,
     checked: bool = False,
+    token: str | None = None,
 ) -> bool:
     """Write the chain's record and kick its first step; False if it existed.
 
     ``checked``: the library starts a plan it checked already (a group's chain
-    member, compensations): see :func:`validate_chain`.
+    member, compensations): see :func:`validate_chain`. ``token``: the chain's,
+    when a caller that may retry chose it: starting again with it kicks the
+    first step again while the chain has not moved (a kick twice is harmless).
     A group of the same id refuses it (``IdInUseError``): nothing is left of it.
     """
     validate_chain(ctx, spec, depth=depth, checked=checked)
     first = spec.steps[0]
     cursor = ChainCursor(
         id=chain_id,
-        token=secrets.token_hex(8),
+        token=token or secrets.token_hex(8),
         index=0,
         rest=spec.steps[1:],
         on_error=spec.on_error,
@@ -101,8 +105,26 @@ async def start_member(
             await settle_member(ctx, found, delivery=new_delivery())
             return False
     return await start(
-        ctx, spec, chain_id=chain_id, member=member, depth=depth, checked=True
+        ctx,
+        spec,
+        chain_id=chain_id,
+        member=member,
+        depth=depth,
+        checked=True,
+        token=member_token(member, chain_id),
     )
+
+
+def member_token(member: MemberRef, chain_id: str) -> str:
+    """The token of a chain that is a group member: the same at every kick of it.
+
+    A planner that retries, one that takes over, or an outcome releasing a
+    window again starts it again under this token: told the chain is its own
+    and has not moved, it kicks the first step again (harmless) rather than
+    leave a chain whose first kick failed to the sweep a deadline on.
+    """
+    seed = f"{member.token}:{chain_id}".encode()
+    return hashlib.sha256(seed).hexdigest()[:16]
 
 
 async def kick_step(

@@ -36,7 +36,7 @@ async def reschedule(ctx: FanInContext, group_id: str, after_ms: int) -> None:
 async def remove(ctx: FanInContext, group_id: str) -> None:
     """The group needs no more sweeping."""
     key = index_key(ctx.config.prefix)
-    await ctx.scripts.send(lambda pipe: pipe.zrem(key, group_id))
+    await ctx.scripts.send(lambda pipe: pipe.zrem(key, group_id), written=key)
 
 
 async def due(ctx: FanInContext, batch: int) -> tuple[int, list[str]]:

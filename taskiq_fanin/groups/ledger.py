@@ -53,6 +53,37 @@ async def chunks(ctx: FanInContext, plan: GroupPlan) -> AsyncGenerator[Chunk, No
     yield Chunk(pending.first, pending.members, pending.entries, last=True)
 
 
+class Replay:
+    """A plan's chunks, read once, handed again to a planner that retries.
+
+    A retry of planning (``api/retries.py``) starts from the first chunk again
+    (``createGroup``, which tells it the group is its own), then writes again
+    the chunk it was writing when it failed, then goes on: every chunk before
+    that one was written, as the planner asks for the next only then. A
+    streamed group's iterator is read once, and one chunk of it is held.
+    """
+
+    def __init__(self, ctx: FanInContext, plan: GroupPlan) -> None:
+        self._source = chunks(ctx, plan)
+        self._first: Chunk | None = None
+        self._last: Chunk | None = None
+
+    async def attempt(self) -> AsyncGenerator[Chunk, None]:
+        """The chunks for one try of planning."""
+        if self._first is None:
+            self._first = await anext(self._source)
+        yield self._first
+        if self._last is not None:
+            yield self._last
+        async for chunk in self._source:
+            self._last = chunk
+            yield chunk
+
+    async def aclose(self) -> None:
+        """Planning is over: the iterator is read no further."""
+        await self._source.aclose()
+
+
 async def _chunks(ctx: FanInContext, plan: GroupPlan) -> AsyncIterator[Chunk]:
     if plan.stream is None:
         members, entries = plan.members, plan.ledger

@@ -8,7 +8,7 @@ its members without an outcome are kicked (kicking one twice is safe).
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 
 from redis.asyncio import RedisCluster
@@ -38,7 +38,8 @@ class Planned:
     """What planning did."""
 
     group_id: str
-    #: False when a group with this id already existed and nothing was dispatched.
+    #: False when a group with this id already existed (another plan's) and
+    #: nothing was dispatched.
     created: bool
 
 
@@ -46,16 +47,24 @@ class Planned:
 FINISHED = frozenset({GroupState.COMPLETED.value, GroupState.CANCELLED.value})
 
 
-async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
+async def plan_group(
+    ctx: FanInContext,
+    plan: GroupPlan,
+    *,
+    chunks: AsyncGenerator[ledger.Chunk, None] | None = None,
+) -> Planned:
     """Write the group's meta and ledger chunk by chunk, then dispatch every member.
 
     No member is kicked before the whole ledger is durable and sealed. A chain
     of the same id refuses it (``IdInUseError``): nothing is left of it.
+    ``chunks``: the plan's, for a try that may not be the first
+    (``ledger.Replay``). A group this plan's token created counts as created,
+    however many tries it took.
     """
     keys = GroupKeys(ctx.config.prefix, plan.group_id)
     deadline_ms = ms(plan.options.deadline)
     claimant = f"{CLAIMANT}#plan-{plan.token}"
-    parts = ledger.chunks(ctx, plan)
+    parts = chunks if chunks is not None else ledger.chunks(ctx, plan)
     first = await anext(parts)  # a bad member in it raises: nothing is written
 
     def create() -> Awaitable[Creation]:
@@ -69,30 +78,20 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
             sealed=first.last,
         )
 
-    # The index may be stale (the sweep prunes it), but it must never miss a
-    # group whose ledger exists: it is written first. On one server both go in
-    # one pipeline, which Redis runs in order; a cluster may run them on two
-    # nodes in any order, so there the index is written before the ledger.
-    if isinstance(ctx.redis, RedisCluster):
-        indexed = await index.add(ctx, plan.group_id, deadline_ms)
-        made = await create()
-    else:
-        got_index, got_group = await asyncio.gather(
-            index.add(ctx, plan.group_id, deadline_ms), create(), return_exceptions=True
-        )
-        if isinstance(got_index, BaseException):
-            # Refused, while the ledger may be written: once more, alone (it
-            # raises if refused again), so that no ledger stays out of the index.
-            got_index = await index.add(ctx, plan.group_id, deadline_ms)
-        if isinstance(got_group, BaseException):
-            raise got_group
-        indexed, made = got_index, got_group
+    indexed, made = await _index_and_create(ctx, plan.group_id, deadline_ms, create)
     created, token, state = made.created, made.token, made.state
+    ours = created is Created.CREATED or token == plan.token
+    # An empty group is complete at once: its planner (or the same planner
+    # again, after the reply was lost) finalises it.
+    empty = first.last and not first.entries
+    claimed = state == GroupState.CLAIMED.value and empty and ours
     in_hand: dict[int, Signature | ChainSpec] | None = None
     if created in (Created.ID_IN_USE, Created.EXISTS):
         await parts.aclose()
         await _not_created(ctx, plan.group_id, created, state, indexed=indexed)
-        return Planned(group_id=plan.group_id, created=False)
+        if claimed:  # planned by an earlier try, which did not finalise it
+            await finalise(ctx, plan.group_id, token, claimant=claimant)
+        return Planned(group_id=plan.group_id, created=ours)
     if created is Created.CREATED:
         whole, total = await _write_rest(ctx, keys, token, parts, len(first.entries))
         # The planner holds every member when they were listed (or streamed
@@ -110,13 +109,37 @@ async def plan_group(ctx: FanInContext, plan: GroupPlan) -> Planned:
         raise
     await ctx.scripts.mark_planned(keys, token=token)
     metrics.GROUPS_PLANNED.inc()
-    # An empty group is complete at once: its planner (or the same planner
-    # again, after the reply was lost) finalises it now.
-    ours = created is Created.CREATED or token == plan.token
-    empty = first.last and not first.entries
-    if state == GroupState.CLAIMED.value and empty and ours:
+    if claimed:
         await finalise(ctx, plan.group_id, token, claimant=claimant)
-    return Planned(group_id=plan.group_id, created=created is Created.CREATED)
+    return Planned(group_id=plan.group_id, created=ours)
+
+
+async def _index_and_create(
+    ctx: FanInContext,
+    group_id: str,
+    deadline_ms: int,
+    create: Callable[[], Awaitable[Creation]],
+) -> tuple[bool, Creation]:
+    """Index the group and create it: whether it was indexed now, and the reply.
+
+    The index may be stale (the sweep prunes it), but it must never miss a
+    group whose ledger exists: it is written first. On one server both go in
+    one pipeline, which Redis runs in order; a cluster may run them on two
+    nodes in any order, so there the index is written before the ledger.
+    """
+    if isinstance(ctx.redis, RedisCluster):
+        indexed = await index.add(ctx, group_id, deadline_ms)
+        return indexed, await create()
+    got_index, got_group = await asyncio.gather(
+        index.add(ctx, group_id, deadline_ms), create(), return_exceptions=True
+    )
+    if isinstance(got_index, BaseException):
+        # Refused, while the ledger may be written: once more, alone (it
+        # raises if refused again), so that no ledger stays out of the index.
+        got_index = await index.add(ctx, group_id, deadline_ms)
+    if isinstance(got_group, BaseException):
+        raise got_group
+    return got_index, got_group
 
 
 async def _release(ctx: FanInContext, keys: GroupKeys, token: str) -> None:

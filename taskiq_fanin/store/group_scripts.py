@@ -56,9 +56,13 @@ class GroupScripts:
         reply = await self._scripts[name](keys=list(keys), args=args)
         return Applied(reply) is Applied.APPLIED
 
-    async def send(self, command: Command) -> Any:
-        """A plain command (``lambda pipe: pipe.zrem(...)``) in the shared pipeline."""
-        return await self._pipeline(command)
+    async def send(self, command: Command, *, written: Any = None) -> Any:
+        """A plain command (``lambda pipe: pipe.zrem(...)``) in the shared pipeline.
+
+        ``written``: the key it writes (under replicated durability a write
+        counts once replicated); ``None`` for a read.
+        """
+        return await self._pipeline(command, written=written)
 
     async def create_group(
         self,

@@ -15,6 +15,7 @@ loop is busy (a continuation's kick, its run guard) goes
 """
 
 import asyncio
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -95,7 +96,7 @@ class PipelineBatcher:
             reply, *waited = await pipe.execute(raise_on_error=False)
         if waits is not None:
             waits.heard(self._client, waited)
-            reply = waits.failure(self._client, written) or reply
+            reply = _replicated(reply, waits.failure(self._client, written))
         if isinstance(reply, Exception):
             raise reply
         return reply
@@ -131,8 +132,7 @@ class PipelineBatcher:
                     continue  # its caller was cancelled
                 outcome = answer
                 if waits is not None and key is not None:
-                    # Done, unless replicated: else as if Redis had not answered.
-                    outcome = waits.failure(self._client, key) or answer
+                    outcome = _replicated(answer, waits.failure(self._client, key))
                 if isinstance(outcome, Exception):
                     reply.set_exception(outcome)
                 else:
@@ -143,6 +143,17 @@ class PipelineBatcher:
             fail_all(batch, exc)
             if not isinstance(exc, Exception):
                 raise
+
+
+def _replicated(answer: Any, failure: Exception | None) -> Any:
+    """A write's reply, unless its replicas missed it: then as if unanswered.
+
+    A command Redis refused keeps its own error (a script not loaded yet:
+    ``NOSCRIPT``, which loads it; a replica's absence would hide it).
+    """
+    if failure is None or isinstance(answer, Exception):
+        return answer
+    return failure
 
 
 def fail_all(calls: Sequence[tuple[Any, ...]], exc: BaseException) -> None:
@@ -197,6 +208,32 @@ class ScriptBatcher:
             )
 
 
+#: The reload under way of each script, which callers at the same time share.
+_RELOADING: "weakref.WeakKeyDictionary[AsyncScript, asyncio.Task[Any]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
 async def reload(script: AsyncScript) -> None:
-    """Load ``script`` again into a server that lost its script cache."""
-    await script.registered_client.script_load(script.script)
+    """Load ``script`` again into a server that lost its script cache.
+
+    Callers at the same time share one load: a fresh Cluster, or a replica just
+    promoted (scripts are not replicated), answers every first call NOSCRIPT,
+    and a load per caller, each to every primary on a connection of its own,
+    ran past the client's connections per node (``MaxConnectionsError``).
+    """
+    loading = _RELOADING.get(script)
+    if loading is None or loading.done():
+        loading = asyncio.ensure_future(
+            script.registered_client.script_load(script.script)
+        )
+        _RELOADING[script] = loading
+        loading.add_done_callback(lambda done: _forget(script, done))
+    await asyncio.shield(loading)  # a caller cancelled leaves it to the others
+
+
+def _forget(script: AsyncScript, done: "asyncio.Task[Any]") -> None:
+    if _RELOADING.get(script) is done:
+        del _RELOADING[script]
+    if not done.cancelled():
+        done.exception()  # heard by its callers: not "never retrieved"

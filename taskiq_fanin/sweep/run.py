@@ -7,14 +7,18 @@ sweep policy or the caller's override; then it does the same for chains. A lock
 (SET NX PX) makes two concurrent sweeps act once; a batch bound keeps one short.
 """
 
+import contextlib
 import logging
 import uuid
+
+from redis.exceptions import RedisError
 
 from taskiq_fanin import metrics
 from taskiq_fanin.chains import index as chain_index
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import index as group_index
 from taskiq_fanin.model.config import ms
+from taskiq_fanin.model.errors import NotReplicatedError
 from taskiq_fanin.model.results import SweepPolicy
 from taskiq_fanin.store.keys import sweep_lock_key
 from taskiq_fanin.sweep import known
@@ -51,13 +55,32 @@ async def sweep(
     lock_key = sweep_lock_key(ctx.config.prefix)
     holder = uuid.uuid4().hex
     lock_ms = ms(max(ctx.config.lease, MIN_LOCK_SECONDS))
-    if not await ctx.redis.set(lock_key, holder, nx=True, px=lock_ms):
+    if not await _lock(ctx, lock_key, holder, lock_ms):
         logger.info("Another sweep holds %s; skipping", lock_key)
         return SweepReport(dry_run=dry_run, skipped=True)
     try:
         return await _examine(ctx, override=override, dry_run=False, batch=batch)
     finally:
         await ctx.scripts.release_lock(lock_key, holder)
+
+
+async def _lock(ctx: FanInContext, lock_key: str, holder: str, lock_ms: int) -> bool:
+    """Take the sweep's lock (SET NX PX); False: another sweep holds it.
+
+    Through the shared pipeline: under replicated durability a lock the replicas
+    missed is not taken (a failover would hand it to a second sweep): given
+    back, best effort, and the error raised, as for any write not replicated.
+    """
+    try:
+        taken = await ctx.scripts.send(
+            lambda pipe: pipe.set(lock_key, holder, nx=True, px=lock_ms),
+            written=lock_key,
+        )
+    except NotReplicatedError:
+        with contextlib.suppress(RedisError, OSError):
+            await ctx.scripts.release_lock(lock_key, holder)
+        raise
+    return bool(taken)
 
 
 async def _examine(

@@ -5,7 +5,8 @@ guard are never logged and dropped: while Redis is unreachable (restarting,
 paused, failing over) the hook retries with backoff, for ``retry_for`` seconds
 at most, and then raises, so that taskiq leaves the message unacknowledged and
 it comes back (the work is idempotent). An error that is not Redis being away
-(a bug, a script refusing) is raised at once.
+(a bug, a script refusing) is raised at once. A caller's verbs (``kiq()``,
+``cancel()``) ride through it the same way (``api/retries.py``).
 """
 
 import asyncio
@@ -15,11 +16,13 @@ from typing import TypeVar
 
 from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import (
-    ConnectionError as RedisConnectionError,
+    ClusterError,
+    ReadOnlyError,
+    SlotNotCoveredError,
+    TryAgainError,
 )
 from redis.exceptions import (
-    ReadOnlyError,
-    TryAgainError,
+    ConnectionError as RedisConnectionError,
 )
 from redis.exceptions import (
     TimeoutError as RedisTimeoutError,
@@ -32,13 +35,19 @@ T = TypeVar("T")
 #: Redis away: down, restarting, loading, paused past the socket timeout, a
 #: replica promoted (writes refused for a moment: ``READONLY`` from a demoted
 #: primary), no sentinel naming a primary yet (a failover under way), a
-#: cluster slot moving.
+#: cluster slot moving; of a Cluster, a slot with no primary for a moment (a
+#: failover under way: ``CLUSTERDOWN`` from every node, ``ClusterDownError``
+#: and ``MasterDownError``; redis-py's own tries used up on it, or on slots
+#: moving, ``ClusterError`` "TTL exhausted"; its slots cache not covering a
+#: slot yet, ``SlotNotCoveredError``).
 TRANSIENT: tuple[type[BaseException], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
     ReadOnlyError,
     MasterNotFoundError,
     TryAgainError,
+    ClusterError,
+    SlotNotCoveredError,
     ConnectionError,
     TimeoutError,
 )
@@ -57,12 +66,24 @@ def is_transient(error: BaseException) -> bool:
     return False
 
 
+#: What the log says when a hook gives up.
+LEFT_UNACKNOWLEDGED = "%s %s failed; its message is left unacknowledged to come back"
+
+
 async def retrying(
-    work: Callable[[], Awaitable[T]], *, retry_for: float, what: tuple[str, str]
+    work: Callable[[], Awaitable[T]],
+    *,
+    retry_for: float,
+    what: tuple[str, str],
+    giving_up: str = LEFT_UNACKNOWLEDGED,
+    log_refusals: bool = True,
 ) -> T:
     """Run ``work``; while it fails with Redis away, again, up to ``retry_for`` s.
 
-    ``what``: what is done, and of which task (for the log, when it retries).
+    ``what``: what is done, and of which task (for the log, when it retries);
+    ``giving_up``: what the log says when it raises (``what`` filled in);
+    ``log_refusals``: also when the error is not Redis away (a caller's bad
+    input is the caller's to report, not the log's).
     """
     loop = asyncio.get_running_loop()
     give_up_at = loop.time() + retry_for
@@ -72,11 +93,10 @@ async def retrying(
             return await work()
         except Exception as error:
             left = give_up_at - loop.time()
-            if not is_transient(error) or left <= 0:
-                logger.exception(
-                    "%s %s failed; its message is left unacknowledged to come back",
-                    *what,
-                )
+            transient = is_transient(error)
+            if not transient or left <= 0:
+                if transient or log_refusals:
+                    logger.exception(giving_up, *what)
                 raise
             logger.warning("%s %s: Redis is away (%s); retrying", *what, error)
         await asyncio.sleep(min(backoff, left))  # the last try at the very end

@@ -18,10 +18,17 @@
                    step's run lease)
   ARGV[7] member   the label of the group member the chain is, or ''
 
-  Returns Started.CREATED when created, Started.EXISTS when the chain exists,
-  Started.ID_IN_USE when a group holds the id (nothing is written).
+  Returns Started.CREATED when created, or when this is its starter again (the
+  same token: a caller retrying, its reply lost or its write not replicated)
+  and the chain has not moved from its first step: kick it (twice is
+  harmless); Started.EXISTS when the chain exists, Started.ID_IN_USE when a
+  group holds the id (nothing is written).
 ]]
 if redis.call('EXISTS', KEYS[1]) == 1 then
+  local existing = redis.call('HMGET', KEYS[1], 'token', 'state', 'step')
+  if existing[1] == ARGV[1] and existing[2] == 'running' and existing[3] == '0' then
+    return Started.CREATED
+  end
   return Started.EXISTS
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then

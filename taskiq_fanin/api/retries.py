@@ -1,0 +1,86 @@
+"""A caller's verbs ride through Redis being away for a moment, as the hooks do.
+
+A caller who hears an error from ``kiq()`` plans again, often with a fresh id:
+two groups, while the first plan may be on the primary (a reply lost on a reset
+connection, a write its replicas had not taken in time under
+``durability="replicated"``, a kick the broker's Redis refused). So ``kiq()``
+and ``cancel()`` retry while Redis is away (``worker/retrying.py``), for the
+middleware's ``retry_for``, with the same ids and token: planning a group again
+with its token goes on where it stopped (``groups/planning.py``), starting a
+chain again with its token kicks its first step if it has not moved
+(``startChain``), and kicking a member or a step twice is harmless. Past
+``retry_for`` the error is raised.
+"""
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from taskiq_fanin.chains import record, saga
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups import inspection
+from taskiq_fanin.groups.continuation import cancel_group
+from taskiq_fanin.model.results import ChainState, GroupState
+from taskiq_fanin.worker.retrying import retrying
+
+T = TypeVar("T")
+
+#: What the log says when a caller's verb gives up.
+RAISED = "%s %s failed while Redis was away; raised to its caller"
+
+
+async def riding(
+    ctx: FanInContext, work: Callable[[], Awaitable[T]], *, what: tuple[str, str]
+) -> T:
+    """Run ``work``, again while Redis is away, for ``retry_for`` at most."""
+    return await retrying(
+        work,
+        retry_for=ctx.config.retry_for,
+        what=what,
+        giving_up=RAISED,
+        log_refusals=False,
+    )
+
+
+async def cancel_group_riding(ctx: FanInContext, group_id: str) -> bool:
+    """Cancel a group; a try that failed may have cancelled it: then True."""
+    tried = Tried()
+    cancelled = await riding(
+        ctx,
+        tried.of(lambda: cancel_group(ctx, group_id)),
+        what=("Cancelling", group_id),
+    )
+    if cancelled or not tried.failed:
+        return cancelled
+    status = await inspection.status(ctx, group_id)
+    return status.state is GroupState.CANCELLED
+
+
+async def cancel_chain_riding(ctx: FanInContext, chain_id: str) -> bool:
+    """Cancel a chain; a try that failed may have cancelled it: then True."""
+    tried = Tried()
+    cancelled = await riding(
+        ctx, tried.of(lambda: saga.cancel(ctx, chain_id)), what=("Cancelling", chain_id)
+    )
+    if cancelled or not tried.failed:
+        return cancelled
+    status = await record.status(ctx, chain_id)
+    return status.state is ChainState.CANCELLED
+
+
+class Tried:
+    """Whether a try of a retried verb failed (its write may have been done)."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def of(self, work: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        """``work``, noting a failure."""
+
+        async def noted() -> T:
+            try:
+                return await work()
+            except Exception:
+                self.failed = True
+                raise
+
+        return noted
