@@ -87,17 +87,10 @@ class GroupScripts:
         written = {**options, "sealed": int(sealed)}
         pairs = [value for item in written.items() for value in item]
         chain_record = ChainKeys(keys.prefix, keys.group_id).record
+        head = [token, planner_lease_ms, claimant, len(written), *pairs]
         reply = await self._scripts["createGroup"](
             keys=[keys.meta, keys.plan, keys.claim, chain_record],
-            args=[
-                token,
-                planner_lease_ms,
-                claimant,
-                len(written),
-                *pairs,
-                len(members),
-                *members,
-            ],
+            args=[*head, len(members), *members],
         )
         return replies.creation(reply)
 
