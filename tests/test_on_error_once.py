@@ -33,14 +33,17 @@ from taskiq_fanin import (
     sweep,
 )
 from taskiq_fanin.api.chains import Chain
-from taskiq_fanin.inspection import chain_status
-from taskiq_fanin.model.ids import undo_chain_id
+from taskiq_fanin.inspection import chain_status, list_chains
+from taskiq_fanin.model.config import DEFAULT_MAX_REDRIVES
+from taskiq_fanin.model.ids import member_task_id, undo_chain_id
+from taskiq_fanin.model.labels import RETRIES_LABEL, retry_labels, takes_over
 from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.keys import ChainKeys, chain_index_key
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Begin, Failed
-from taskiq_fanin.sweeping import Finding, FindingKind, SweepAction
+from taskiq_fanin.sweep import chains as sweep_chains
+from taskiq_fanin.sweeping import Finding, FindingKind, SweepAction, SweepReport
 from tests.fault_harness import Rig, alive, fault_rig, nudging, summary
 from tests.harness import (
     SentMessages,
@@ -333,10 +336,18 @@ async def test_on_a_list_broker_an_on_error_refused_then_killed_runs_again_once(
         ("lst", SweepAction.REPORT, True)
     ]
     assert kicked_on_report == 0
-    assert redispatched == [(FindingKind.ON_ERROR_LOST, SweepAction.REDISPATCH, True)]
+    # What is promised: it runs to its end once; the sweep kicked it again at
+    # least once and at most max_redrives times (once, unless its copy had not
+    # begun a span on, on a loaded machine: a second copy is then refused).
+    kicks = [found for found in redispatched if found[1] is SweepAction.REDISPATCH]
+    assert set(redispatched) <= {
+        (FindingKind.ON_ERROR_LOST, SweepAction.REDISPATCH, True),
+        (FindingKind.ON_ERROR_LOST, SweepAction.REPORT, True),  # past the cap
+    }
+    assert 1 <= len(kicks) <= DEFAULT_MAX_REDRIVES
     assert on_errors == [["lst", 2]]
-    assert starts == 2  # the killed run, and the copy the sweep kicked
-    assert deliveries == 3  # the first, the refused duplicate, the sweep's
+    assert starts == 2  # the killed run, and one copy the sweep kicked
+    assert deliveries == 2 + len(kicks)  # the first, the refused duplicate, ...
     assert compensations == ["lst~1", "lst~0"]  # each once, last first
     assert (status.state.value, status.failed_step) == ("failed", 2)
 
@@ -571,6 +582,329 @@ async def _sweep_until_lost(fanin: FanInMiddleware, *, policy: str | None) -> Fi
     return finding
 
 
+#: How the attempts of a chain's on_error stood when its holder's worker died,
+#: and the late copies that may still come (a reclaimed one, a retry it kicked).
+_HOLDERS = {
+    # Attempt 0 failed and its retry middleware kicked attempt 1; its worker
+    # died before it released the lease (or mid-body: nothing comes then).
+    "attempt 0": ([0], [0, 1]),
+    # Attempt 0 failed and released; attempt 1 ran and its worker died: the
+    # stream broker reclaims attempt 1 an idle timeout later.
+    "attempt 1": ([0, 1], [0, 1, 2]),
+}
+
+
+@pytest.mark.parametrize("holder", list(_HOLDERS))
+async def test_a_late_copy_never_takes_the_lease_over_from_the_sweeps_copy(
+    redis_url: str, key_prefix: str, holder: str
+) -> None:
+    """The copy of ``on_error`` the sweep kicks once the holder's lease ran out
+    holds the lease alone: no late copy of the holder's attempt (reclaimed by
+    the stream broker), nor the retry the holder kicked, takes it over. The
+    attempts before it are played on the record by hand (their message lost)."""
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix)
+    go = asyncio.Event()
+    began: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        began.append(failure)
+        await go.wait()
+
+    played, late = _HOLDERS[holder]
+    broker.drop = {"late~on_error"}  # the failure's kick: played by hand
+    keys = ChainKeys(key_prefix, "late")
+    async with worker(broker, max_async_tasks=4) as receiver:
+        redis = fanin.context.redis
+        scripts = fanin.context.chain_scripts
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="late"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+        token = (await scripts.read(keys)).token
+
+        async def begin(attempt: int, delivery: str) -> Begin:
+            return await scripts.begin_on_error(
+                keys, token=token, attempt=attempt, delivery=delivery, lease_ms=60_000
+            )
+
+        for attempt in played:
+            assert await begin(attempt, f"a{attempt}") is Begin.RUN
+            if attempt != played[-1]:
+                assert await scripts.release_on_error(
+                    keys, token=token, attempt=attempt, span_ms=60_000
+                )
+        await redis.hset(keys.record, "on_error_until", 1)  # its worker died
+        await redis.zadd(chain_index_key(key_prefix), {"late": 0})
+        finding = await _sweep_until_lost(fanin, policy="redrive")
+        await eventually(lambda: bool(began), what="the sweep's copy to begin")
+        answers = {attempt: await begin(attempt, f"late{attempt}") for attempt in late}
+        go.set()
+        await eventually(
+            lambda: _on_error_is(redis, keys.record, "completed"),
+            what="on_error to complete",
+        )
+        await drained(broker, receiver)
+
+    assert (finding.action, finding.applied) == (SweepAction.REDISPATCH, True)
+    assert answers == dict.fromkeys(late, Begin.RUNNING_ELSEWHERE)
+    assert len(began) == 1
+
+
+async def test_a_lost_on_error_is_kicked_again_at_most_max_redrives_times(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Every kick of it lost on its way, no copy ever begins: under ``redrive``
+    the sweep kicks it again once a span, each counted (``redrives``), at most
+    ``max_redrives`` times; past that it reports it, and the chain stays
+    indexed (a copy may still come)."""
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, deadline=SHORT, finaliser_lease=SHORT, max_redrives=2
+    )
+    ran: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        ran.append(failure)
+
+    seen: list[tuple[SweepAction, bool, int]] = []
+    async with worker(broker, max_async_tasks=4) as receiver:
+        broker.drop = {"cap~on_error"}
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="cap"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+
+        async def reported_past_the_cap() -> bool:
+            broker.drop.add("cap~on_error")  # this kick is lost too
+            report = await sweep(fanin, policy="redrive")
+            seen.extend(
+                (f.action, f.applied, f.redrives)
+                for f in report.findings
+                if f.kind is FindingKind.ON_ERROR_LOST
+            )
+            return bool(seen) and seen[-1][0] is SweepAction.REPORT
+
+        await eventually(
+            reported_past_the_cap, timeout=10, interval=0.1, what="the cap"
+        )
+        await drained(broker, receiver)
+        indexed = await fanin.context.redis.zscore(chain_index_key(key_prefix), "cap")
+        note = await _last_note(fanin, "cap")
+
+    assert seen == [
+        (SweepAction.REDISPATCH, True, 1),
+        (SweepAction.REDISPATCH, True, 2),
+        (SweepAction.REPORT, True, 2),
+    ]
+    assert "2 re-kicks used" in note
+    assert ran == []
+    assert indexed is not None
+
+
+async def _last_note(fanin: FanInMiddleware, chain_id: str) -> str:
+    """The note of what a sweep now finds of the chain (a dry run)."""
+    await fanin.context.redis.zadd(
+        chain_index_key(fanin.context.config.prefix), {chain_id: 0}
+    )
+    report = await sweep(fanin, policy="redrive", dry_run=True)
+    (finding,) = [f for f in report.findings if f.group_id == chain_id]
+    return finding.note
+
+
+async def test_a_released_on_error_whose_retry_is_lost_is_kicked_as_the_next_attempt(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Attempt 0 failed and released its lease for the retry middleware's
+    attempt 1, whose message was lost. A span after the release the sweep
+    reports it; under ``redrive`` it kicks it again as attempt 1, which runs
+    to its end. Attempt 0 is played on the record by hand."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, sent, deadline=SHORT, finaliser_lease=SHORT
+    )
+    ran: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        ran.append(failure)
+
+    broker.drop = {"rel~on_error"}  # the failure's kick: played by hand
+    keys = ChainKeys(key_prefix, "rel")
+    async with worker(broker, max_async_tasks=4) as receiver:
+        scripts = fanin.context.chain_scripts
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="rel"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+        token = (await scripts.read(keys)).token
+        began = await scripts.begin_on_error(
+            keys, token=token, attempt=0, delivery="a0", lease_ms=60_000
+        )
+        assert await scripts.release_on_error(
+            keys, token=token, attempt=0, span_ms=60_000
+        )
+        reported = await _sweep_until_lost(fanin, policy=None)
+        again = await _sweep_until_lost(fanin, policy="redrive")
+        await eventually(lambda: len(ran) == 1, what="on_error to run")
+        await drained(broker, receiver)
+
+    assert began is Begin.RUN
+    assert (reported.action, reported.applied) == (SweepAction.REPORT, True)
+    assert "its retry did not begin" in reported.note
+    assert (again.action, again.applied) == (SweepAction.REDISPATCH, True)
+    (kicked,) = [m for m in sent.executed if m.task_name == chain_failed.task_name]
+    assert int(kicked.labels["_retries"]) == 1
+
+
+async def test_a_watched_failed_member_chain_is_settled_once(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group member's chain failed; its ``on_error`` runs long, so the sweep
+    keeps the chain indexed and visits it again and again: what its end may
+    have left undone (the member's outcome) is settled at the first visit
+    only, not with a ``recordOutcome`` call at every one."""
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    go = asyncio.Event()
+    settled: list[str] = []
+    settle = sweep_chains.settle_member
+
+    async def counted(ctx: object, chain: ChainRecord, *, delivery: str) -> None:
+        settled.append(delivery)
+        await settle(ctx, chain, delivery=delivery)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sweep_chains, "settle_member", counted)
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        await go.wait()
+
+    index = chain_index_key(key_prefix)
+    member = member_task_id("gm", 0)  # the member chain's id
+    record = ChainKeys(key_prefix, member).record
+    async with worker(broker, max_async_tasks=4) as receiver:
+        redis = fanin.context.redis
+        await group(
+            [chain(Signature.of(fails), on_error=chain_failed)],
+            failure_policy="fail",
+            group_id="gm",
+        ).kiq(broker)
+        await eventually(
+            lambda: _on_error_is(redis, record, "running"), what="on_error to begin"
+        )
+        for _ in range(3):
+            await redis.zadd(index, {member: 0})
+            await sweep(fanin)
+        go.set()
+        await eventually(
+            lambda: _on_error_is(redis, record, "completed"), what="its completion"
+        )
+        await drained(broker, receiver)
+
+    assert len(settled) == 1
+
+
+async def test_failed_chains_watched_in_the_index_hide_no_running_chain_from_list(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Failed chains the sweep watches (their ``on_error`` lost, reported
+    each visit) sit in the chains' index ahead of a running chain: a listing
+    of ``limit`` chains still finds the running one."""
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    await broker.startup()
+    try:
+        scripts = fanin.context.chain_scripts
+        index = chain_index_key(key_prefix)
+        for n in range(3):
+            keys = ChainKeys(key_prefix, f"f{n}")
+            await scripts.start(
+                keys, token="tok", names="[]", steps=1, ttl_ms=60_000,
+                pending="", deadline_ms=60_000,
+            )  # fmt: skip
+            await scripts.begin_failing(
+                keys, token="tok", step=0, error="{}", delivery="step"
+            )
+            assert await scripts.end_failing(keys, token="tok")
+            await fanin.context.redis.zadd(index, {f"f{n}": n})
+        await scripts.start(
+            ChainKeys(key_prefix, "run"), token="tok", names="[]", steps=1,
+            ttl_ms=60_000, pending="", deadline_ms=60_000,
+        )  # fmt: skip
+        await fanin.context.redis.zadd(index, {"run": 10})
+        listed = await list_chains(fanin, limit=2)
+    finally:
+        await broker.shutdown()
+
+    assert [status.chain_id for status in listed] == ["run"]
+
+
+async def test_the_sweeps_copy_takes_no_lease_over_from_a_copy_begun_after_its_kick(
+    redis_url: str, key_prefix: str
+) -> None:
+    """The sweep kicked its copy once the holder's lease ran out; before that
+    copy began, the broker brought the holder's message back (reclaimed) and
+    it took the lease. The sweep's copy goes as the next attempt, but no
+    attempt ended: it takes no lease over, and is left unacknowledged."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, sent)
+    began: list[ChainFailure] = []
+
+    @broker.task
+    async def fails() -> None:
+        raise RuntimeError("on purpose")
+
+    @broker.task
+    async def chain_failed(failure: ChainFailure) -> None:
+        began.append(failure)
+
+    broker.drop = {"race~on_error"}  # the failure's kick: played by hand
+    keys = ChainKeys(key_prefix, "race")
+    async with worker(broker, max_async_tasks=4) as receiver:
+        redis = fanin.context.redis
+        scripts = fanin.context.chain_scripts
+        handle = await chain(
+            Signature.of(fails), on_error=chain_failed, chain_id="race"
+        ).kiq(broker)
+        await eventually(lambda: _failed(handle), what="the chain to fail")
+        token = (await scripts.read(keys)).token
+
+        async def begin(delivery: str) -> Begin:
+            return await scripts.begin_on_error(
+                keys, token=token, attempt=0, delivery=delivery, lease_ms=60_000
+            )
+
+        assert await begin("a0") is Begin.RUN
+        await redis.hset(keys.record, "on_error_until", 1)  # its worker died
+        await redis.zadd(chain_index_key(key_prefix), {"race": 0})
+        broker.drop.add("race~on_error")  # the sweep's kick: held back here
+        finding = await _sweep_until_lost(fanin, policy="redrive")
+        reclaimed = await begin("a0-reclaimed")  # the broker brought a0 back
+        kicked = sent.of_task(chain_failed.task_name)[-1]  # the sweep's
+        await sent.resend(kicked)  # now the sweep's copy reaches a worker
+        await drained(broker, receiver, abandoned=1)  # refused, unacknowledged
+
+    assert (finding.action, finding.applied) == (SweepAction.REDISPATCH, True)
+    assert reclaimed is Begin.RUN
+    assert int(kicked.labels["_retries"]) == 1
+    assert began == []
+
+
 # -- taskiq's retry middlewares on an on_error that fails -----------------------
 
 
@@ -706,10 +1040,72 @@ async def test_a_failed_attempt_of_on_error_lets_its_retry_run(
     assert await begin("a1-copy", 1) is Begin.RUNNING_ELSEWHERE
     assert await begin("a0-copy", 0) is Begin.RUNNING_ELSEWHERE
     # Attempt 0's worker releases late: the retry's lease stays.
-    assert not await scripts.release_on_error(keys, token="tok", attempt=0)
+    assert not await scripts.release_on_error(
+        keys, token="tok", attempt=0, span_ms=60_000
+    )
     assert (await _state(client, keys)).on_error_until > 0
     # Attempt 1 fails too and releases: a copy of it may run, the state stays.
-    assert await scripts.release_on_error(keys, token="tok", attempt=1)
+    assert await scripts.release_on_error(keys, token="tok", attempt=1, span_ms=60_000)
     found = await _state(client, keys)
     assert (found.on_error_state, found.on_error_until) == ("running", 0)
     assert await begin("a1-copy", 1) is Begin.RUN
+
+
+async def test_the_attempt_recorded_for_on_error_never_goes_down(
+    client: Redis, key_prefix: str
+) -> None:
+    """Attempt n exists only once a copy of attempt n-1 ended: a copy of an
+    earlier attempt than the one recorded never runs, lease or not, and a later
+    one takes a held lease over only from the attempt just before it. So the
+    sweep's copy, kicked as the attempt after the holder whose worker died,
+    is taken over by no late copy of that holder nor by the retry it kicked."""
+    scripts, keys = await _failed_chain(client, key_prefix)
+
+    async def begin(delivery: str, attempt: int, *, takes_over: bool = True) -> Begin:
+        return await scripts.begin_on_error(
+            keys,
+            token="tok",
+            attempt=attempt,
+            delivery=delivery,
+            lease_ms=60_000,
+            takes_over=takes_over,
+        )
+
+    assert await begin("a0", 0) is Begin.RUN
+    await client.hset(keys.record, "on_error_until", 1)  # a0's worker died
+    assert await begin("sweep", 1) is Begin.RUN  # the sweep's copy: attempt 1
+    assert await begin("a1-late", 1) is Begin.RUNNING_ELSEWHERE  # a0's retry
+    assert await begin("a0-again", 0) is Begin.RUNNING_ELSEWHERE
+    await client.hset(keys.record, "on_error_until", 1)  # the sweep's died too
+    assert await begin("a0-again", 0) is Begin.RUNNING_ELSEWHERE  # never lower
+    assert (await _state(client, keys)).on_error_attempt == 1
+    assert await begin("a2", 2) is Begin.RUN
+    assert await begin("a4", 4) is Begin.RUNNING_ELSEWHERE  # a jump: lease held
+    assert await begin("a3", 3) is Begin.RUN  # the attempt after a2's
+    assert (await _state(client, keys)).on_error_attempt == 3
+    # The sweep's copy, as attempt 4, takes no held lease over: a3 may run.
+    assert await begin("sweep4", 4, takes_over=False) is Begin.RUNNING_ELSEWHERE
+    await client.hset(keys.record, "on_error_until", 1)  # a3's worker died
+    assert await begin("sweep4", 4, takes_over=False) is Begin.RUN
+
+
+def test_a_retry_of_the_sweeps_copy_takes_over_and_the_copy_does_not() -> None:
+    """taskiq's retry middlewares copy every label to the next attempt."""
+    sweeps = retry_labels(2, sweep_copy=True)
+    assert not takes_over(sweeps)
+    assert takes_over({**sweeps, RETRIES_LABEL: 3})  # the retry of it
+    assert takes_over({RETRIES_LABEL: 1})
+    assert takes_over({})
+    assert retry_labels(0, sweep_copy=False) == {}
+
+
+def test_a_lost_on_error_counts_as_stuck() -> None:
+    """For the stuck gauge, ``--fail-on-stuck`` and alerts (``report.stuck``)."""
+    finding = Finding(
+        group_id="c",
+        kind=FindingKind.ON_ERROR_LOST,
+        action=SweepAction.REPORT,
+        applied=True,
+        state="failed",
+    )
+    assert SweepReport(dry_run=False, findings=[finding]).stuck == [finding]

@@ -55,10 +55,12 @@ ANSWERS: dict[str, type[enum.IntEnum] | None] = {
     "markCompleted": Applied,
     "markDispatched": Applied,
     "markPlanned": Applied,
+    "markSettled": Applied,
     "reclaimFinaliser": Applied,
     "recordOutcome": Recorded,
     "redriveChain": Applied,
     "redriveGroup": Applied,
+    "redriveOnError": Applied,
     "releaseContinuation": Applied,
     "releaseLock": Applied,
     "releaseOnError": Applied,
@@ -254,8 +256,10 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     await chains.begin_on_error(
         chain, token=token, attempt=0, delivery="d", lease_ms=1_000
     )
-    await chains.release_on_error(chain, token=token, attempt=0)
+    await chains.release_on_error(chain, token=token, attempt=0, span_ms=1_000)
+    await chains.redrive_on_error(chain, token=token, max_redrives=1, span_ms=1_000)
     await chains.complete_on_error(chain, token=token)
+    await chains.mark_settled(chain, token=token)
     await chains.finish(chain, token=token, step=1, delivery="d")
     await chains.cancel(chain)
 

@@ -9,8 +9,9 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.replies import (
     Begin,
@@ -488,6 +489,70 @@ async def test_a_retry_takes_the_run_lease_over_from_the_attempt_that_failed(
     assert await client.hget(keys.meta, "run_until") == b"0"
     # A redelivered copy of it may run now.
     assert await begin(scripts, keys, attempt=1, delivery="c5") is Begin.RUN
+
+
+async def test_the_attempt_recorded_for_a_continuation_never_goes_down(
+    client: Redis, keys: GroupKeys
+) -> None:
+    """A copy of an earlier attempt than the recorded one never runs, lease or
+    not; a later one takes a held lease over only from the attempt just before
+    it: the sweep's re-dispatch (the attempt after the holder whose worker
+    died) is taken over by no late copy of that holder nor its retry."""
+    scripts = scripts_on(client)
+    await create(scripts, keys, total=1)
+    await record(scripts, keys, 0)
+    assert await dispatch(scripts, keys, "then")
+
+    assert await begin(scripts, keys, attempt=0, delivery="a0") is Begin.RUN
+    await lease_runs_out(client, keys)  # a0's worker died
+    assert await begin(scripts, keys, attempt=1, delivery="sweep") is Begin.RUN
+    late = await begin(scripts, keys, attempt=1, delivery="a1-late")
+    assert late is Begin.RUNNING_ELSEWHERE  # a0's retry
+    await lease_runs_out(client, keys)  # the sweep's copy died too
+    again = await begin(scripts, keys, attempt=0, delivery="a0-again")
+    assert again is Begin.RUNNING_ELSEWHERE  # never lower
+    assert await client.hget(keys.meta, "run_attempt") == b"1"
+    assert await begin(scripts, keys, attempt=2, delivery="a2") is Begin.RUN
+    jump = await begin(scripts, keys, attempt=4, delivery="a4")
+    assert jump is Begin.RUNNING_ELSEWHERE  # a jump: the lease is held
+    assert await begin(scripts, keys, attempt=3, delivery="a3") is Begin.RUN
+    assert await client.hget(keys.meta, "run_attempt") == b"3"
+    # The sweep's re-dispatch, as attempt 4, takes no held lease over.
+    sweeps = await scripts.begin_continuation(
+        keys, token=TOKEN, attempt=4, delivery="sweep", lease_ms=60_000,
+        takes_over=False,
+    )  # fmt: skip
+    assert sweeps is Begin.RUNNING_ELSEWHERE
+
+
+async def test_the_attempt_recorded_for_a_chain_step_never_goes_down(
+    client: Redis, key_prefix: str
+) -> None:
+    """As a continuation's: at a step, a copy of an earlier attempt than the
+    recorded one never runs, and a later one takes a held lease over only from
+    the attempt just before it; the next step starts afresh."""
+    chains = ChainScripts(client, PipelineBatcher(client))
+    keys = ChainKeys(key_prefix, "c")
+    await chains.start(
+        keys, token=TOKEN, names="[]", steps=2, ttl_ms=60_000, pending="",
+        deadline_ms=60_000,
+    )  # fmt: skip
+
+    async def begin(attempt: int, delivery: str, step: int = 0) -> Begin:
+        return await chains.begin_step(
+            keys, token=TOKEN, step=step, attempt=attempt, delivery=delivery,
+            lease_ms=60_000,
+        )  # fmt: skip
+
+    assert await begin(0, "a0") is Begin.RUN
+    await client.hset(keys.record, "run_until", 1)  # a0's worker died
+    assert await begin(1, "sweep") is Begin.RUN  # the sweep's copy: attempt 1
+    assert await begin(1, "a1-late") is Begin.RUNNING_ELSEWHERE  # a0's retry
+    await client.hset(keys.record, "run_until", 1)  # the sweep's died too
+    assert await begin(0, "a0-again") is Begin.RUNNING_ELSEWHERE  # never lower
+    assert await client.hget(keys.record, "run_attempt") == b"1"
+    assert await begin(3, "a3") is Begin.RUN  # a jump, the lease not held
+    assert await begin(5, "a5") is Begin.RUNNING_ELSEWHERE  # a jump: held
 
 
 async def test_the_sweep_reclaims_a_finaliser_lease_only_once_it_ran_out(

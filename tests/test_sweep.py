@@ -17,8 +17,9 @@ from taskiq.schedule_sources import LabelScheduleSource
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group, sweep
 from taskiq_fanin.api.broker import find_fanin
 from taskiq_fanin.inspection import group_status
-from taskiq_fanin.model.labels import CONTINUATION_LABEL
-from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.model.labels import CONTINUATION_LABEL, takes_over
+from taskiq_fanin.store.keys import ChainKeys, GroupKeys
+from taskiq_fanin.store.replies import Begin
 from taskiq_fanin.sweeping import (
     SWEEP_TASK_NAME,
     FindingKind,
@@ -558,6 +559,58 @@ async def test_a_chain_whose_next_step_was_lost_is_reported_then_redriven(
         (SweepAction.REDRIVE, True)
     ]
     # The lost step ran once, with the result of the step before it.
+    assert ran == ["probe cat", "transcode cat.meta"]
+
+
+async def test_a_chain_step_whose_copy_was_lost_is_redriven_as_the_next_attempt(
+    redis_url: str, key_prefix: str
+) -> None:
+    """A copy of the step began, and its worker died (played on the record by
+    hand, its message lost): the sweep kicks the step again as the attempt
+    after it, marked the sweep's copy, so that no late copy of the lost one,
+    nor the retry it kicked, runs beside it; the step runs once."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, sent, deadline=SHORT)
+    ran: list[str] = []
+
+    @broker.task
+    async def probe(video: str) -> str:
+        ran.append(f"probe {video}")
+        return f"{video}.meta"
+
+    @broker.task
+    async def transcode(meta: str) -> None:
+        ran.append(f"transcode {meta}")
+
+    keys = ChainKeys(key_prefix, "died")
+    async with worker(broker, max_async_tasks=2) as receiver:
+        broker.drop = {"died~1"}  # taken by a worker that died: played by hand
+        handle = await chain(
+            Signature.of(probe, "cat"), Signature.of(transcode), chain_id="died"
+        ).kiq(broker)
+        await eventually(lambda: ran == ["probe cat"], what="the first step")
+        scripts = fanin.context.chain_scripts
+        token = (await scripts.read(keys)).token
+        lost = await scripts.begin_step(
+            keys, token=token, step=1, attempt=0, delivery="a0", lease_ms=60_000
+        )
+        await fanin.context.redis.hset(keys.record, "run_until", 1)  # it died
+        await eventually(
+            lambda: _chain_reported(fanin, "died"), what="the sweep to report it"
+        )
+        redriven = await sweep(fanin, policy="redrive")
+        await eventually(
+            lambda: _chain_state_is(handle, "done"), what="the chain to end"
+        )
+        await drained(broker, receiver)
+
+    assert lost is Begin.RUN
+    assert [(f.action, f.applied) for f in redriven.findings] == [
+        (SweepAction.REDRIVE, True)
+    ]
+    kicked = sent.of_task(transcode.task_name)[-1]  # the sweep's
+    assert int(kicked.labels["_retries"]) == 1
+    assert not takes_over(kicked.labels)
     assert ran == ["probe cat", "transcode cat.meta"]
 
 

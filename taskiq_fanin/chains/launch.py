@@ -21,7 +21,7 @@ from taskiq_fanin.groups.planning import plan_group
 from taskiq_fanin.groups.validation import GroupPlan, validate_group
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.errors import IdInUseError, shown
-from taskiq_fanin.model.labels import MemberRef
+from taskiq_fanin.model.labels import MemberRef, retry_labels
 from taskiq_fanin.model.results import ChainState
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec, step_name
@@ -135,18 +135,21 @@ async def kick_step(
     previous: Any,
     delivery: str | None = None,
     plan: GroupPlan | None = None,
+    attempt: int = 0,
 ) -> None:
     """Enqueue one step: a task with the previous result, or a group.
 
     ``delivery``: of the step that kicks this one, which may retry; a group
     step planned again under it goes on dispatching its members. ``plan``: a
-    group step's, when :func:`prepare_step` has made it already.
+    group step's, when :func:`prepare_step` has made it already. ``attempt``:
+    the sweep's copy of a task step goes as the attempt after a lost one.
     """
     label = cursor.label()  # the rest of the plan, serialized once
     if isinstance(step, Signature):
         called = _with_previous(step, previous)
+        retry = retry_labels(attempt, sweep_copy=attempt > 0)
         await (
-            called.with_labels(**label)
+            called.with_labels(**label, **retry)
             .kicker(ctx.kicker)
             .with_task_id(cursor.step_id)
             .kiq(*called.args, **called.kwargs)
@@ -258,12 +261,13 @@ def pending_json(
     return kick.model_dump_json(fallback=repr)
 
 
-async def repeat(ctx: FanInContext, pending: str) -> None:
+async def repeat(ctx: FanInContext, pending: str, *, attempt: int = 0) -> None:
     """Kick again a step as the record kept it (a stuck chain's, for the sweep).
 
     Its deterministic task id and the step guard keep a copy that was only slow
-    from moving the chain twice.
+    from moving the chain twice. ``attempt``: as which it goes (a copy of it
+    began and was lost: the one after, which takes no held lease over).
     """
     kick = PendingStep.model_validate_json(pending)
     previous = kick.previous if kick.has_previous else NOTHING
-    await kick_step(ctx, kick.cursor, kick.step, previous=previous)
+    await kick_step(ctx, kick.cursor, kick.step, previous=previous, attempt=attempt)

@@ -18,7 +18,7 @@ from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.ids import chain_on_error_id
-from taskiq_fanin.model.labels import OnErrorRef
+from taskiq_fanin.model.labels import OnErrorRef, retry_labels
 from taskiq_fanin.model.results import (
     ChainFailure,
     ChainState,
@@ -34,13 +34,25 @@ COMPLETED = "completed"
 RUNNING = "running"
 
 
-async def kick(ctx: FanInContext, cursor: ChainCursor, failure: ChainFailure) -> None:
-    """Enqueue the chain's ``on_error`` with its failure (its id the same each time)."""
+async def kick(
+    ctx: FanInContext,
+    cursor: ChainCursor,
+    failure: ChainFailure,
+    *,
+    attempt: int = 0,
+    sweep_copy: bool = False,
+) -> None:
+    """Enqueue the chain's ``on_error`` with its failure (its id the same each time).
+
+    ``attempt``: the retry middlewares' count it goes as (``_retries``);
+    ``sweep_copy``: the sweep's, which takes no held lease over.
+    """
     if cursor.on_error is None:
         return
     ref = OnErrorRef(chain_id=cursor.id, token=cursor.token)
+    labels = {**ref.label(), **retry_labels(attempt, sweep_copy=sweep_copy)}
     await (
-        cursor.on_error.with_labels(**ref.label())
+        cursor.on_error.with_labels(**labels)
         .kicker(ctx.kicker)
         .with_task_id(chain_on_error_id(cursor.id))
         .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
@@ -73,24 +85,33 @@ def outstanding(chain: ChainRecord) -> ChainCursor | None:
 
 
 async def kick_again(
-    ctx: FanInContext, cursor: ChainCursor, chain: ChainRecord
+    ctx: FanInContext, cursor: ChainCursor, chain: ChainRecord, *, attempt: int
 ) -> None:
     """Kick a failed chain's ``on_error`` again, as its failure kicked it (the sweep).
 
     Its run guard lets this copy run only if no other copy holds the lease and
-    none ran to its end.
+    none ran to its end. ``attempt``: as which it goes (``redriveOnError``: the
+    one after the recorded attempt, so that no late copy of a lost one, nor the
+    retry it kicked, takes the lease over from this one).
     """
     unknown = MemberError(type="UnknownError", message="").model_dump_json()
     failure = failure_of(cursor, chain.step_names, chain.error_entry or unknown)
-    await kick(ctx, cursor, failure)
+    await kick(ctx, cursor, failure, attempt=attempt, sweep_copy=True)
 
 
 async def begin(
-    ctx: FanInContext, ref: OnErrorRef, *, attempt: int, delivery: str
+    ctx: FanInContext,
+    ref: OnErrorRef,
+    *,
+    attempt: int,
+    delivery: str,
+    takes_over: bool = True,
 ) -> Begin:
     """Whether this delivery of ``on_error`` may run its body (``RUN``).
 
-    ``attempt`` counts the retry middleware's attempts: a later one takes over.
+    ``attempt`` counts the retry middleware's attempts: the next one takes over
+    (an earlier one never runs: ``may_take_lease`` in the Lua prelude), unless
+    it is the sweep's copy (``takes_over``).
     The lease lasts ``finaliser_lease``; the same delivery asking again renews it.
     """
     return await ctx.chain_scripts.begin_on_error(
@@ -99,13 +120,21 @@ async def begin(
         attempt=attempt,
         delivery=delivery,
         lease_ms=ms(ctx.config.lease),
+        takes_over=takes_over,
     )
 
 
 async def release(ctx: FanInContext, ref: OnErrorRef, *, attempt: int) -> None:
-    """An attempt ended with a retry to come: let the retry run."""
+    """An attempt ended with a retry to come: let the retry run.
+
+    The retry is due to begin within the chain's step span: past it, the sweep
+    counts it lost (``sweep/on_error.py``).
+    """
     await ctx.chain_scripts.release_on_error(
-        record.keys_of(ctx, ref.chain_id), token=ref.token, attempt=attempt
+        record.keys_of(ctx, ref.chain_id),
+        token=ref.token,
+        attempt=attempt,
+        span_ms=ms(ctx.config.deadline),
     )
 
 

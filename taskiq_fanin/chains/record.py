@@ -104,28 +104,38 @@ async def list_chains(
     limit: int = DEFAULT_LIST_LIMIT,
     now: datetime | None = None,
 ) -> list[ChainStatus]:
-    """Chains in the sweep's index still running (or failing), soonest due first.
+    """Up to ``limit`` chains in the sweep's index still running (or failing).
+
+    Soonest due first, paging past the failed ones the sweep watches.
 
     With ``stuck``, only those running past their deadline at a step, on
     Redis's clock (unless ``now`` says otherwise): what the sweep finds as
     ``chain_stuck``.
     """
     positive("limit", limit)
-    found = await read_indexed(
-        ctx.redis,
-        chain_index_key(ctx.config.prefix),
-        limit,
-        lambda chain_id: keys_of(ctx, chain_id).record,
-        ChainRecord,
-    )
     if now is None:
         now = datetime.fromtimestamp(await ctx.redis_now(), tz=timezone.utc)
-    statuses = [
-        await _status(ctx, chain_id, chain, now)
-        for chain_id, chain in found
-        if chain.state in OPEN
-    ]
-    return [status for status in statuses if not stuck or status.overdue(now)]
+    statuses: list[ChainStatus] = []
+    start = 0
+    # Pages of ``limit``: the failed chains the sweep watches until their
+    # ``on_error`` ran to its end are indexed too, and are not listed.
+    while len(statuses) < limit:
+        found = await read_indexed(
+            ctx.redis,
+            chain_index_key(ctx.config.prefix),
+            limit,
+            lambda chain_id: keys_of(ctx, chain_id).record,
+            ChainRecord,
+            start=start,
+        )
+        for chain_id, chain in found:
+            if chain.state in OPEN:
+                statuses.append(await _status(ctx, chain_id, chain, now))
+        if len(found) < limit:
+            break
+        start += limit
+    listed = statuses[:limit]
+    return [status for status in listed if not stuck or status.overdue(now)]
 
 
 async def state(ctx: FanInContext, chain_id: str) -> ChainState:
@@ -134,9 +144,17 @@ async def state(ctx: FanInContext, chain_id: str) -> ChainState:
 
 
 async def begin_step(
-    ctx: FanInContext, cursor: ChainCursor, *, attempt: int, delivery: str
+    ctx: FanInContext,
+    cursor: ChainCursor,
+    *,
+    attempt: int,
+    delivery: str,
+    takes_over: bool = True,
 ) -> Begin:
-    """May this delivery of the cursor's step run (at that step, one copy)?"""
+    """May this delivery of the cursor's step run (at that step, one copy)?
+
+    ``takes_over``: false for the sweep's copy (it takes no held lease over).
+    """
     return await ctx.chain_scripts.begin_step(
         keys_of(ctx, cursor.id),
         token=cursor.token,
@@ -144,6 +162,7 @@ async def begin_step(
         attempt=attempt,
         delivery=delivery,
         lease_ms=ms(ctx.config.lease),
+        takes_over=takes_over,
     )
 
 

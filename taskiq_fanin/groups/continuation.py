@@ -17,11 +17,17 @@ from taskiq_fanin.store.replies import Begin
 
 
 async def begin(
-    ctx: FanInContext, ref: ContinuationRef, *, attempt: int, delivery: str
+    ctx: FanInContext,
+    ref: ContinuationRef,
+    *,
+    attempt: int,
+    delivery: str,
+    takes_over: bool = True,
 ) -> Begin:
     """Whether this delivery of a continuation may run its body (``RUN``).
 
-    ``attempt`` counts the retry middleware's attempts: a later one takes over.
+    ``attempt`` counts the retry middleware's attempts: the next one takes a
+    held lease over (unless the sweep's copy: ``takes_over``).
     The lease lasts ``finaliser_lease``; the same delivery asking again renews it.
     """
     keys = GroupKeys(ctx.config.prefix, ref.group_id)
@@ -31,6 +37,7 @@ async def begin(
         attempt=attempt,
         delivery=delivery,
         lease_ms=ms(ctx.config.lease),
+        takes_over=takes_over,
     )
 
 

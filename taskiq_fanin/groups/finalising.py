@@ -14,7 +14,7 @@ from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import index
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.group_result import GroupResult, ResultsReference
-from taskiq_fanin.model.labels import ContinuationRef
+from taskiq_fanin.model.labels import ContinuationRef, retry_labels
 from taskiq_fanin.model.results import FailurePolicy, MemberError
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.store.keys import GroupKeys
@@ -73,6 +73,7 @@ async def finalise(
     *,
     claimant: str,
     collected: CollectedOutcomes | None = None,
+    attempt: int = 0,
 ) -> None:
     """Enqueue the continuation of a claimed group, then release the claim.
 
@@ -81,6 +82,8 @@ async def finalise(
     the dispatch was recorded (or a continuation is overdue); the deterministic
     task id and ``beginContinuation`` keep a second dispatch from running twice.
     ``claimant`` is the lease's holder: the lease is released if it still is.
+    ``attempt``: the retry middlewares' count the continuation goes as (the
+    sweep's re-dispatch: the attempt after the one recorded).
     """
     keys = GroupKeys(ctx.config.prefix, group_id)
     if collected is None:
@@ -100,6 +103,7 @@ async def finalise(
             ContinuationRef(group_id=group_id, token=token, kind=kind),
             continuation,
             result,
+            attempt=attempt,
         )
     finally:
         await rescoring
@@ -153,11 +157,15 @@ async def _kick_continuation(
     ref: ContinuationRef,
     continuation: Signature | None,
     result: GroupResult,
+    *,
+    attempt: int,
 ) -> None:
     if continuation is None:
         return
+    # The sweep's re-dispatch (attempt > 0) takes no held lease over.
+    labels = {**ref.label(), **retry_labels(attempt, sweep_copy=attempt > 0)}
     await (
-        continuation.with_labels(**ref.label())
+        continuation.with_labels(**labels)
         .kicker(ctx.prompt_kicker)
         .with_task_id(ref.task_id)
         .kiq(result, *continuation.args, **continuation.kwargs)

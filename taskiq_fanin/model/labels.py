@@ -32,6 +32,10 @@ CONTINUATION_LABEL = "fanin_continuation"
 ON_ERROR_OF_LABEL = "fanin_on_error_of"
 #: The label taskiq's retry middlewares count a task's attempts in.
 RETRIES_LABEL = "_retries"
+#: On the sweep's copy of a lost continuation or ``on_error``: the attempt it
+#: goes as. That attempt takes no run lease over (no attempt ended), while a
+#: retry middleware's later one, which copies the label, does.
+SWEEP_COPY_LABEL = "fanin_sweep_copy"
 
 #: The most digits of a count in a label (a group is never this wide).
 _LONGEST_COUNT = 9
@@ -175,6 +179,24 @@ def attempt_of(labels: dict[str, Any]) -> int:
     """Which attempt of its task a message is: 0 first, 1 the first retry, ..."""
     value = labels.get(RETRIES_LABEL)
     return 0 if value is None else count(value) or 0
+
+
+def retry_labels(attempt: int, *, sweep_copy: bool) -> dict[str, object]:
+    """The labels a copy kicked as ``attempt`` carries (none for attempt 0)."""
+    labels: dict[str, object] = {RETRIES_LABEL: attempt} if attempt else {}
+    if sweep_copy:
+        labels[SWEEP_COPY_LABEL] = attempt
+    return labels
+
+
+def takes_over(labels: dict[str, Any]) -> bool:
+    """Whether this attempt may take a held run lease over from the one before.
+
+    A retry middleware's may (the attempt before it ended); the sweep's copy
+    may not (it goes as the next attempt, but the holder may be running).
+    """
+    value = labels.get(SWEEP_COPY_LABEL)
+    return value is None or count(value) != attempt_of(labels)
 
 
 def depth_of(labels: dict[str, Any]) -> int:

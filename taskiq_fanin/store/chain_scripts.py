@@ -4,7 +4,7 @@ Every transition is one script on the record's own slot; calls go through the
 shared :class:`PipelineBatcher`, so a burst of chains shares a few connections.
 """
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from taskiq_fanin.store.client import RedisClient
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
@@ -25,6 +25,19 @@ from taskiq_fanin.store.replies import (
 from taskiq_fanin.store.scripts import Scripts
 
 Args = list[str | int]
+
+
+class OnErrorRedrive(NamedTuple):
+    """The sweep's recheck of a lost error continuation (``redriveOnError``)."""
+
+    #: Kick it again now (counted in ``redrives``).
+    kick: bool
+    #: Its re-kicks so far.
+    redrives: int
+    #: Still lost on Redis's clock (``False``: on its way after all).
+    lost: bool
+    #: The attempt the copy goes as (``_retries``).
+    attempt: int
 
 
 class ChainScripts:
@@ -167,12 +180,14 @@ class ChainScripts:
         attempt: int,
         delivery: str,
         lease_ms: int,
+        takes_over: bool = True,
     ) -> Begin:
         """May this delivery of a step run (the chain at it, one copy at a time)?
 
-        Asked again by the same delivery, it renews its lease.
+        Asked again by the same delivery, it renews its lease; ``takes_over``:
+        false for the sweep's copy.
         """
-        args: Args = [token, step, attempt, delivery, lease_ms]
+        args: Args = [token, step, attempt, delivery, lease_ms, int(takes_over)]
         return Begin(await self._call_record("beginStep", keys, args))
 
     async def release_step(
@@ -184,25 +199,56 @@ class ChainScripts:
         return Applied(reply) is Applied.APPLIED
 
     async def begin_on_error(
-        self, keys: ChainKeys, *, token: str, attempt: int, delivery: str, lease_ms: int
+        self,
+        keys: ChainKeys,
+        *,
+        token: str,
+        attempt: int,
+        delivery: str,
+        lease_ms: int,
+        takes_over: bool = True,
     ) -> Begin:
         """May this delivery of the chain's error continuation run (one copy, once)?
 
-        Asked again by the same delivery, it renews its lease.
+        Asked again by the same delivery, it renews its lease. ``takes_over``:
+        as the next attempt it may take a held lease over (a retry's, not the
+        sweep's copy).
         """
-        args: Args = [token, attempt, delivery, lease_ms]
+        args: Args = [token, attempt, delivery, lease_ms, int(takes_over)]
         return Begin(await self._call_record("beginOnError", keys, args))
 
     async def release_on_error(
-        self, keys: ChainKeys, *, token: str, attempt: int
+        self, keys: ChainKeys, *, token: str, attempt: int, span_ms: int
     ) -> bool:
-        """Give up an error continuation attempt's run lease: its retry may run."""
-        reply = await self._call_record("releaseOnError", keys, [token, attempt])
+        """Give up an error continuation attempt's run lease: its retry may run.
+
+        Its retry is due to begin within the record's step span (else ``span_ms``).
+        """
+        args: Args = [token, attempt, span_ms]
+        reply = await self._call_record("releaseOnError", keys, args)
         return Applied(reply) is Applied.APPLIED
+
+    async def redrive_on_error(
+        self, keys: ChainKeys, *, token: str, max_redrives: int, span_ms: int
+    ) -> "OnErrorRedrive":
+        """Recheck a lost error continuation and count a re-kick, at most a bound."""
+        args: Args = [token, max_redrives, span_ms]
+        reply = await self._call_record("redriveOnError", keys, args)
+        return OnErrorRedrive(
+            kick=Applied(reply[0]) is Applied.APPLIED,
+            redrives=int(reply[1]),
+            lost=bool(int(reply[2])),
+            attempt=int(reply[3]),
+        )
 
     async def complete_on_error(self, keys: ChainKeys, *, token: str) -> bool:
         """The error continuation ran to its end: no copy of it runs any more."""
         reply = await self._call_record("completeOnError", keys, [token])
+        return Applied(reply) is Applied.APPLIED
+
+    async def mark_settled(self, keys: ChainKeys, *, token: str) -> bool:
+        """The sweep settled the chain's end once: later visits settle nothing."""
+        reply = await self._call_record("markSettled", keys, [token])
         return Applied(reply) is Applied.APPLIED
 
     async def inspect(self, keys: ChainKeys) -> tuple[ChainRecord, int] | None:

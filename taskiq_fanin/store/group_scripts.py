@@ -87,17 +87,10 @@ class GroupScripts:
         written = {**options, "sealed": int(sealed)}
         pairs = [value for item in written.items() for value in item]
         chain_record = ChainKeys(keys.prefix, keys.group_id).record
+        head = [token, planner_lease_ms, claimant, len(written), *pairs]
         reply = await self._scripts["createGroup"](
             keys=[keys.meta, keys.plan, keys.claim, chain_record],
-            args=[
-                token,
-                planner_lease_ms,
-                claimant,
-                len(written),
-                *pairs,
-                len(members),
-                *members,
-            ],
+            args=[*head, len(members), *members],
         )
         return replies.creation(reply)
 
@@ -253,15 +246,21 @@ class GroupScripts:
         return await self._applied("cancelGroup", cancelling, [tombstone_ms])
 
     async def begin_continuation(
-        self, keys: GroupKeys, *, token: str, attempt: int, delivery: str, lease_ms: int
+        self,
+        keys: GroupKeys,
+        *,
+        token: str,
+        attempt: int,
+        delivery: str,
+        lease_ms: int,
+        takes_over: bool = True,
     ) -> Begin:
         """May this delivery of the continuation run (one copy at a time)?
 
-        Asked again by the same delivery, it renews its lease.
+        Asked again by the same delivery, it renews its lease; ``takes_over``:
+        false for the sweep's copy. Sent at once: the continuation waits on it.
         """
-        args = [token, attempt, delivery, lease_ms]
-        # The continuation's body waits on it: sent at once, not behind the
-        # loop's ready tasks (one a group).
+        args = [token, attempt, delivery, lease_ms, int(takes_over)]
         begin = self._scripts["beginContinuation"]
         return Begin(await begin(keys=[keys.meta], args=args, now=True))
 
@@ -269,8 +268,7 @@ class GroupScripts:
         self, keys: GroupKeys, *, token: str, lease_ms: int, claimant: str
     ) -> bool:
         """Take over a claimed group whose finaliser's lease ran out."""
-        reclaim = self._scripts["reclaimFinaliser"]
-        args = [token, lease_ms, claimant]
+        reclaim, args = self._scripts["reclaimFinaliser"], [token, lease_ms, claimant]
         reply = await reclaim(keys=[keys.meta, keys.claim], args=args)
         return Applied(reply) is Applied.APPLIED
 
@@ -278,8 +276,7 @@ class GroupScripts:
         self, keys: GroupKeys, *, token: str, attempt: int
     ) -> bool:
         """Give up an attempt's run lease so that its retry may run."""
-        args = [token, attempt]
-        return await self._applied("releaseContinuation", [keys.meta], args)
+        return await self._applied("releaseContinuation", [keys.meta], [token, attempt])
 
     async def schedule(
         self, index: str, item: str, *, after_ms: int, mode: str, now: bool = False

@@ -125,9 +125,12 @@ async def _over(
     A failed chain is watched until its ``on_error`` ran to its end
     (``sweep/on_error.py``).
     """
-    if not dry_run:
-        await _settle(ctx, chain_id, chain)
     cursor = on_error.outstanding(chain)
+    if not dry_run and not chain.settled:
+        await _settle(ctx, chain_id, chain)
+        if cursor is not None:  # watched on: settled once, not at every visit
+            keys = record.keys_of(ctx, chain_id)
+            await ctx.chain_scripts.mark_settled(keys, token=chain.token)
     if cursor is not None:
         return await judge_on_error(
             ctx, chain_id, cursor, chain, now, policy=policy, dry_run=dry_run
@@ -179,7 +182,10 @@ async def _act(
         )
         finding.redrives = redrives
         if pending:
-            await launch.repeat(ctx, pending)
+            # A copy of the step began and was lost: the attempt after it.
+            began = chain.run_step == chain.step
+            attempt = chain.run_attempt + 1 if began else 0
+            await launch.repeat(ctx, pending, attempt=attempt)
             finding.applied = True
             look_again = due.deadline_ms(ctx, chain)
         else:

@@ -5,9 +5,7 @@ fully planned, a finaliser that died before dispatching, or a continuation
 overdue; what is done follows the group's sweep policy or the caller's override.
 """
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
@@ -22,8 +20,6 @@ from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.replies import Inspected
 from taskiq_fanin.sweep import giving_up, known
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
-
-logger = logging.getLogger("taskiq_fanin.sweep")
 
 #: Who the sweep claims a finaliser's lease as.
 SWEEP_CLAIMANT = f"sweep:{CLAIMANT}"
@@ -203,12 +199,28 @@ async def _act(
         ):
             finding.note = "the finaliser's lease was taken meanwhile"
             return
-        await finalise(ctx, finding.group_id, token, claimant=SWEEP_CLAIMANT)
+        await finalise(
+            ctx,
+            finding.group_id,
+            token,
+            claimant=SWEEP_CLAIMANT,
+            attempt=_next_attempt(meta),
+        )
         finding.applied = True
         return
     else:
         finding.applied = True
     await index.reschedule(ctx, finding.group_id, look_again)
+
+
+def _next_attempt(meta: GroupMeta) -> int:
+    """The attempt a re-dispatched continuation goes as: after the recorded one.
+
+    A copy that began and was lost counts as a failed attempt, so no late copy
+    of it, nor the retry it kicked, takes the lease over from the sweep's
+    (``may_take_lease`` in the Lua prelude). None began: attempt 0.
+    """
+    return meta.run_attempt + 1 if meta.state is GroupState.RUNNING else 0
 
 
 async def _redrive(
@@ -253,42 +265,3 @@ async def _redrive(
     if not meta.planned:
         await ctx.scripts.mark_planned(keys, token=token)
     return meta.deadline_ms  # its new deadline
-
-
-#: The findings about a chain (their note says where it is).
-CHAIN_KINDS = (
-    FindingKind.CHAIN_STUCK,
-    FindingKind.CHAIN_FAILING,
-    FindingKind.ON_ERROR_LOST,
-)
-
-
-def log_finding(finding: Finding) -> None:
-    """One warning per finding, its fields as ``fanin_*`` extras.
-
-    A chain's says where it is, as its note does (steps counted from 1).
-    """
-    fields: dict[str, Any] = {f"fanin_{k}": v for k, v in finding.model_dump().items()}
-    action = ("" if finding.applied else "would ") + finding.action.value
-    if finding.kind in CHAIN_KINDS:
-        logger.warning(
-            "Chain %s %s: %s (%s)",
-            finding.group_id,
-            finding.kind.value,
-            action,
-            finding.note,
-            extra=fields,
-        )
-        return
-    logger.warning(
-        "Group %s %s: %s (%d/%d done, %d failed, missing %s)%s",
-        finding.group_id,
-        finding.kind.value,
-        action,
-        finding.done,
-        finding.total,
-        finding.failed,
-        finding.missing[:20],
-        f"; {finding.note}" if finding.note else "",
-        extra=fields,
-    )

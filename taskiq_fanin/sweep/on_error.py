@@ -8,11 +8,14 @@ its ``on_error`` ran to its end. It is lost once the running copy's run lease
 ran out (its worker renews it while the body runs), or when no copy began
 within the chain's step span of its failure; then, as the sweep's policy says,
 it is reported, or with ``redrive`` kicked again (the same task id: its guard
-runs one copy). An attempt that released the lease for a retry middleware's
-next attempt is left to that middleware.
+runs one copy; it goes as the attempt after the recorded one), at most
+``max_redrives`` times (``redriveOnError`` rechecks it on Redis's clock and
+counts it), then reported only. An attempt that released the lease for a retry
+middleware's next attempt is left to that middleware for a span; past it, the
+retry is lost too.
 """
 
-from taskiq_fanin.chains import due, index, on_error
+from taskiq_fanin.chains import due, index, on_error, record
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.model.config import ms
@@ -53,6 +56,7 @@ async def judge_on_error(
         done=cursor.index,
         overdue_seconds=(now - lost_at) / 1000,
         age_seconds=(now - (chain.started_at or now)) / 1000,
+        redrives=chain.on_error_redrives,
         note=f"its on_error ({cursor.on_error.task_name}) {why}",
     )
     if known.tasks_checked(ctx):
@@ -60,29 +64,74 @@ async def judge_on_error(
     if finding.unknown_tasks:
         left = "not kicked again: " if redrive else ""
         finding.note += f"; {left}{known.unknown_note(finding.unknown_tasks)}"
+    if redrive and chain.on_error_redrives >= ctx.config.max_redrives:
+        redrive = _capped(finding, chain.on_error_redrives)
     if dry_run:
         return finding
     look_again = 0  # reported: seen in turn with the others at the next sweep
     if not redrive:
         finding.applied = True
     elif not finding.unknown_tasks:
-        await on_error.kick_again(ctx, cursor, chain)
-        finding.applied = True
-        look_again = due.deadline_ms(ctx, chain)  # time for the copy to begin
+        after = await _kick_again(ctx, chain_id, cursor, chain, finding)
+        if after is None:  # on its way after all (Redis's clock, now)
+            await index.reschedule(ctx, chain_id, ms(ctx.config.lease))
+            return None
+        look_again = after
     await index.reschedule(ctx, chain_id, look_again)
     return finding
+
+
+async def _kick_again(
+    ctx: FanInContext,
+    chain_id: str,
+    cursor: ChainCursor,
+    chain: ChainRecord,
+    finding: Finding,
+) -> int | None:
+    """Kick it again unless its re-kicks are used up; when to look again (ms).
+
+    ``None``: not lost after all, rechecked on Redis's clock (``redriveOnError``).
+    """
+    redriven = await ctx.chain_scripts.redrive_on_error(
+        record.keys_of(ctx, chain_id),
+        token=chain.token,
+        max_redrives=ctx.config.max_redrives,
+        span_ms=ms(ctx.config.deadline),
+    )
+    finding.redrives = redriven.redrives
+    if not redriven.lost:
+        return None
+    if not redriven.kick:
+        finding.applied = not _capped(finding, redriven.redrives)
+        return 0
+    await on_error.kick_again(ctx, cursor, chain, attempt=redriven.attempt)
+    finding.applied = True
+    return due.deadline_ms(ctx, chain)  # time for the copy to begin
+
+
+def _capped(finding: Finding, redrives: int) -> bool:
+    """Its re-kicks are used up: reported only (``False``: do not kick)."""
+    finding.action = SweepAction.REPORT
+    finding.note += (
+        f"; not kicked again: {redrives} re-kicks used (max_redrives);"
+        " it runs only if a copy of it still comes"
+    )
+    return False
 
 
 def _lost_at(ctx: FanInContext, chain: ChainRecord, now: int) -> tuple[int, str]:
     """When the chain's ``on_error`` counts as lost (epoch ms), and why.
 
-    A copy that began: when its run lease runs out (a copy released for its
-    retry is never lost: looked at again a lease later). None began: a step
-    span after the chain failed.
+    A copy that began: when its run lease runs out; released for its retry,
+    when the retry was due to have begun (``on_error_retry_by``; a record from
+    before it: looked at again a lease later). None began: a step span after
+    the chain failed. As ``redriveOnError`` rechecks it.
     """
     if chain.on_error_state == on_error.RUNNING:
         if chain.on_error_until:
             return chain.on_error_until, "did not complete within its run lease"
+        if chain.on_error_retry_by:
+            return chain.on_error_retry_by, "was released; its retry did not begin"
         return now + ms(ctx.config.lease), "is released for its retry"
     failed_at = chain.finished_at or chain.updated_at or now
     return failed_at + due.deadline_ms(ctx, chain), "was kicked; no copy began"

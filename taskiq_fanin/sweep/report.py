@@ -1,8 +1,12 @@
 """What a sweep reports: its findings, each with what was done about it."""
 
 import enum
+import logging
+from typing import Any
 
 from pydantic import BaseModel, Field
+
+logger = logging.getLogger("taskiq_fanin.sweep")
 
 
 class FindingKind(str, enum.Enum):
@@ -91,4 +95,49 @@ class SweepReport(BaseModel):
 
 
 #: The findings that count as stuck (for the gauge, --fail-on-stuck, alerts).
-STUCK_KINDS = (FindingKind.STUCK, FindingKind.UNPLANNED, FindingKind.CHAIN_STUCK)
+#: A lost ``on_error`` counts: it stopped moving as much as a stuck chain.
+STUCK_KINDS = (
+    FindingKind.STUCK,
+    FindingKind.UNPLANNED,
+    FindingKind.CHAIN_STUCK,
+    FindingKind.ON_ERROR_LOST,
+)
+
+
+#: The findings about a chain (their note says where it is).
+CHAIN_KINDS = (
+    FindingKind.CHAIN_STUCK,
+    FindingKind.CHAIN_FAILING,
+    FindingKind.ON_ERROR_LOST,
+)
+
+
+def log_finding(finding: Finding) -> None:
+    """One warning per finding, its fields as ``fanin_*`` extras.
+
+    A chain's says where it is, as its note does (steps counted from 1).
+    """
+    fields: dict[str, Any] = {f"fanin_{k}": v for k, v in finding.model_dump().items()}
+    action = ("" if finding.applied else "would ") + finding.action.value
+    if finding.kind in CHAIN_KINDS:
+        logger.warning(
+            "Chain %s %s: %s (%s)",
+            finding.group_id,
+            finding.kind.value,
+            action,
+            finding.note,
+            extra=fields,
+        )
+        return
+    logger.warning(
+        "Group %s %s: %s (%d/%d done, %d failed, missing %s)%s",
+        finding.group_id,
+        finding.kind.value,
+        action,
+        finding.done,
+        finding.total,
+        finding.failed,
+        finding.missing[:20],
+        f"; {finding.note}" if finding.note else "",
+        extra=fields,
+    )

@@ -23,8 +23,8 @@ from taskiq_fanin.model.results import SweepPolicy
 from taskiq_fanin.store.keys import sweep_lock_key
 from taskiq_fanin.sweep import known
 from taskiq_fanin.sweep.chains import judge_chain
-from taskiq_fanin.sweep.groups import judge, log_finding
-from taskiq_fanin.sweep.report import SweepReport
+from taskiq_fanin.sweep.groups import judge
+from taskiq_fanin.sweep.report import SweepReport, log_finding
 
 logger = logging.getLogger("taskiq_fanin.sweep")
 

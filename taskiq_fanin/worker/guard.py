@@ -24,6 +24,7 @@ from taskiq_fanin.model.labels import (
     MemberRef,
     OnErrorRef,
     attempt_of,
+    takes_over,
 )
 from taskiq_fanin.store.replies import Begin
 from taskiq_fanin.worker.leases import Renew
@@ -60,7 +61,12 @@ async def may_run(
     ref = ContinuationRef.from_labels(message.labels)
     if ref is not None:
         continuation_lease: Renew = functools.partial(
-            continuation.begin, ctx, ref, attempt=attempt, delivery=delivery
+            continuation.begin,
+            ctx,
+            ref,
+            attempt=attempt,
+            delivery=delivery,
+            takes_over=takes_over(message.labels),
         )
         begun = await continuation_lease()
         if begun is not Begin.RUN:
@@ -70,7 +76,12 @@ async def may_run(
     failed_chain = OnErrorRef.from_labels(message.labels)
     if failed_chain is not None:
         on_error_lease: Renew = functools.partial(
-            on_error.begin, ctx, failed_chain, attempt=attempt, delivery=delivery
+            on_error.begin,
+            ctx,
+            failed_chain,
+            attempt=attempt,
+            delivery=delivery,
+            takes_over=takes_over(message.labels),
         )
         begun = await on_error_lease()
         if begun is not Begin.RUN:
@@ -80,7 +91,12 @@ async def may_run(
     cursor = ChainCursor.from_labels(message.labels)
     if cursor is not None:
         step_lease: Renew = functools.partial(
-            record.begin_step, ctx, cursor, attempt=attempt, delivery=delivery
+            record.begin_step,
+            ctx,
+            cursor,
+            attempt=attempt,
+            delivery=delivery,
+            takes_over=takes_over(message.labels),
         )
         begun = await step_lease()
         if begun is not Begin.RUN:

@@ -7,8 +7,9 @@
   finaliser has recorded the dispatch.
 
   A retry middleware kicks the next attempt of a failed one before that failed
-  attempt's worker has released its lease: a later attempt (run_attempt) takes
-  the lease over, a copy of the same or an earlier attempt does not.
+  attempt's worker has released its lease: the next attempt (run_attempt + 1)
+  takes the lease over, a copy of the same attempt does not, and one of an
+  earlier attempt never runs (may_take_lease; run_attempt never goes down).
 
   KEYS[1] meta
 
@@ -16,6 +17,7 @@
   ARGV[2] attempt   0 first, 1 the first retry, ...
   ARGV[3] delivery  this delivery (random): asking again, it holds the lease
   ARGV[4] lease     ms the lease lasts from now (renewed while the body runs)
+  ARGV[5] takes_over '0' for the sweep's copy: it takes no held lease over
 
   Returns Begin.RUN: run it; Begin.SKIP: skip it (completed, or cancelled);
   Begin.RUNNING_ELSEWHERE: skip it (another copy is running). A group that is
@@ -31,12 +33,14 @@ local state = meta[2]
 if state == 'running' then
   local now = now_ms()
   local attempt = tonumber(ARGV[2])
-  if tonumber(meta[3]) > now and attempt <= (tonumber(meta[4]) or 0)
-      and meta[5] ~= ARGV[3] then
+  local recorded = tonumber(meta[4]) or 0
+  if meta[5] ~= ARGV[3]
+      and not may_take_lease(attempt, recorded, (tonumber(meta[3]) or 0) > now,
+        ARGV[5]) then
     return Begin.RUNNING_ELSEWHERE
   end
   redis.call('HSET', KEYS[1], 'run_until', now + tonumber(ARGV[4]),
-    'run_attempt', attempt, 'run_by', ARGV[3])
+    'run_attempt', math.max(attempt, recorded), 'run_by', ARGV[3])
   return Begin.RUN
 end
 if not may_move('group', state, 'running') then

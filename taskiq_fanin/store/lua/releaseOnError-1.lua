@@ -1,22 +1,26 @@
 --[[
   An attempt of a chain's error continuation ended without an outcome (the
   retry middleware will run it again): give up its run lease so the retry may
-  run, unless a later attempt has taken it over. It stays running.
+  run, unless a later attempt has taken it over. It stays running. The retry is
+  due to begin within a span (the record's step span, else ARGV[3]) of now,
+  on Redis's clock (on_error_retry_by): past it, the sweep counts it lost.
 
   KEYS[1] record
 
   ARGV[1] token
   ARGV[2] attempt   the attempt that ended
+  ARGV[3] span      ms: a step's span, when the record keeps none
 
   Returns Applied.APPLIED when released, Applied.UNCHANGED when the chain is
   missing, not this token's, its error continuation not running, or running a
   later attempt.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'on_error_state',
-  'on_error_attempt')
+  'on_error_attempt', 'span')
 if record[1] ~= ARGV[1] or record[2] ~= 'running'
     or (tonumber(record[3]) or 0) ~= tonumber(ARGV[2]) then
   return Applied.UNCHANGED
 end
-redis.call('HSET', KEYS[1], 'on_error_until', 0)
+local span = tonumber(record[4]) or tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'on_error_until', 0, 'on_error_retry_by', now_ms() + span)
 return Applied.APPLIED

@@ -59,12 +59,14 @@ async def read_indexed(
     limit: int,
     key_of: Callable[[str], str],
     record: type[Record],
+    *,
+    start: int = 0,
 ) -> list[tuple[str, Record]]:
-    """The first ``limit`` ids of a sweep index, soonest due first, with records.
+    """``limit`` ids of a sweep index from ``start``, soonest due first, with records.
 
     ``key_of(id)`` names each id's hash: one read of the index, one pipeline.
     """
-    ids = [text(raw) for raw in await client.zrange(index, 0, limit - 1)]
+    ids = [text(raw) for raw in await client.zrange(index, start, start + limit - 1)]
     async with client.pipeline(transaction=False) as pipe:
         for found_id in ids:
             pipe.hgetall(key_of(found_id))

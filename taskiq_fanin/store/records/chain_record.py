@@ -49,6 +49,9 @@ class ChainRecord:
         "on_error_until": "on_error_until",
         "on_error_attempt": "on_error_attempt",
         "on_error_by": "on_error_by",
+        "on_error_retry_by": "on_error_retry_by",
+        "on_error_redrives": "on_error_redrives",
+        "settled": "settled",
     }
 
     token: str = ""
@@ -95,6 +98,12 @@ class ChainRecord:
     on_error_until: int = 0
     on_error_attempt: int = 0
     on_error_by: str = ""
+    #: Released for its retry: when the retry is due to have begun (epoch ms).
+    on_error_retry_by: int = 0
+    #: How many times the sweep kicked it again (``redriveOnError``).
+    on_error_redrives: int = 0
+    #: The sweep settled its end once (``markSettled``): a watched chain's.
+    settled: bool = False
 
     @classmethod
     def from_hash(cls, raw: RawHash) -> "ChainRecord":
@@ -134,6 +143,9 @@ class ChainRecord:
             on_error_until=as_int(f, "on_error_until"),
             on_error_attempt=as_int(f, "on_error_attempt"),
             on_error_by=f.get("on_error_by", ""),
+            on_error_retry_by=as_int(f, "on_error_retry_by"),
+            on_error_redrives=as_int(f, "on_error_redrives"),
+            settled=bool(f.get("settled")),
         )
 
     @property
