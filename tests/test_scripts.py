@@ -487,8 +487,11 @@ async def test_a_retry_takes_the_run_lease_over_from_the_attempt_that_failed(
     # The lease is released; the state does not move back.
     assert await client.hget(keys.meta, "state") == b"running"
     assert await client.hget(keys.meta, "run_until") == b"0"
-    # A redelivered copy of it may run now.
+    # A redelivered copy of it runs (losing the work is worse), as a run of its
+    # own: attempt 2, kicked for the attempt that failed, waits for it.
     assert await begin(scripts, keys, attempt=1, delivery="c5") is Begin.RUN
+    waits = await begin(scripts, keys, attempt=2, delivery="c6")
+    assert waits is Begin.RUNNING_ELSEWHERE
 
 
 async def test_the_attempt_recorded_for_a_continuation_never_goes_down(
