@@ -9,7 +9,12 @@
   A retry middleware kicks the next attempt of a failed one before that failed
   attempt's worker has released its lease: the next attempt (run_attempt + 1)
   takes the lease over, a copy of the same attempt does not, and one of an
-  earlier attempt never runs (may_take_lease; run_attempt never goes down).
+  earlier attempt never runs (may_take_lease; run_attempt never goes down). A
+  copy of the attempt that released its lease (releaseContinuation: it ended,
+  its retry is on the way), begun since (a redelivery, a duplicate kick), is a
+  run of its own: no later attempt takes its lease over while it is held
+  (run_released REBEGUN: lease_mark), or both would run to their end; as a
+  chain step's and an on_error's guards do.
 
   KEYS[1] meta
 
@@ -25,7 +30,7 @@
   than running it again.
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'run_until',
-  'run_attempt', 'run_by')
+  'run_attempt', 'run_by', 'run_released')
 if meta[1] ~= ARGV[1] then
   return Begin.RUN
 end
@@ -34,13 +39,15 @@ if state == 'running' then
   local now = now_ms()
   local attempt = tonumber(ARGV[2])
   local recorded = tonumber(meta[4]) or 0
+  local mark = meta[6] or ''
   if meta[5] ~= ARGV[3]
       and not may_take_lease(attempt, recorded, (tonumber(meta[3]) or 0) > now,
-        ARGV[5]) then
+        ARGV[5], mark) then
     return Begin.RUNNING_ELSEWHERE
   end
   redis.call('HSET', KEYS[1], 'run_until', now + tonumber(ARGV[4]),
-    'run_attempt', math.max(attempt, recorded), 'run_by', ARGV[3])
+    'run_attempt', math.max(attempt, recorded), 'run_by', ARGV[3],
+    'run_released', lease_mark(attempt, recorded, mark))
   return Begin.RUN
 end
 if not may_move('group', state, 'running') then

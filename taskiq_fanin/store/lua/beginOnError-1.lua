@@ -8,7 +8,12 @@
   lease has run out, and a retry middleware's later attempt takes it over
   (may_take_lease: the recorded attempt never goes down, so the sweep's copy,
   kicked as the attempt after the holder whose worker died, is taken over by
-  no late copy of that holder nor by the retry it kicked).
+  no late copy of that holder nor by the retry it kicked). A copy of the
+  attempt that released its lease (releaseOnError: it ended, its retry is on
+  the way), begun since (a redelivery, a duplicate kick), is a run of its
+  own: no later attempt takes its lease over while it is held
+  (on_error_released REBEGUN: lease_mark), or both would run to their end; as
+  a continuation's and a chain step's guards do.
 
   KEYS[1] record    the failed chain's
 
@@ -24,7 +29,7 @@
   than running it again.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'on_error_state',
-  'on_error_until', 'on_error_attempt', 'on_error_by')
+  'on_error_until', 'on_error_attempt', 'on_error_by', 'on_error_released')
 if record[1] ~= ARGV[1] then
   return Begin.RUN
 end
@@ -34,15 +39,17 @@ if state == 'completed' then
 end
 local now = now_ms()
 local attempt = tonumber(ARGV[2])
+local recorded = tonumber(record[4]) or 0
+local mark = record[6] or ''
 if state == 'running' and record[5] ~= ARGV[3] then
-  if not may_take_lease(attempt, tonumber(record[4]) or 0,
-      (tonumber(record[3]) or 0) > now, ARGV[5]) then
+  if not may_take_lease(attempt, recorded, (tonumber(record[3]) or 0) > now,
+      ARGV[5], mark) then
     return Begin.RUNNING_ELSEWHERE
   end
 end
-local recorded = math.max(attempt, tonumber(record[4]) or 0)
-local lease = {'on_error_until', now + tonumber(ARGV[4]), 'on_error_attempt', recorded,
-  'on_error_by', ARGV[3]}
+local lease = {'on_error_until', now + tonumber(ARGV[4]),
+  'on_error_attempt', math.max(attempt, recorded), 'on_error_by', ARGV[3],
+  'on_error_released', lease_mark(attempt, recorded, mark)}
 if state == 'running' then
   redis.call('HSET', KEYS[1], unpack(lease))
   return Begin.RUN

@@ -8,7 +8,8 @@
   attempt that released its lease (releaseStep: it ended, its retry is on the
   way), begun since (kicked again: a retried start, a group re-kicking its
   chain member), is a run of its own: no later attempt takes its lease over
-  while it is held (run_released 'rebegun'), or both would run to their end.
+  while it is held (run_released REBEGUN: lease_mark), or both would run to
+  their end. The continuation's and on_error's guards apply the same rule.
 
   KEYS[1] record
 
@@ -37,15 +38,12 @@ local now = now_ms()
 local attempt = tonumber(ARGV[3])
 local at_step = record[4] == ARGV[2]  -- a copy of this step began: its lease
 local recorded = at_step and (tonumber(record[6]) or 0) or 0
-local released = at_step and record[8] or ''
-local takes_over = released == 'rebegun' and '0' or ARGV[6]
+local mark = at_step and record[8] or ''
 if at_step and record[7] ~= ARGV[4] and not may_take_lease(attempt, recorded,
-    (tonumber(record[5]) or 0) > now, takes_over) then
+    (tonumber(record[5]) or 0) > now, ARGV[6], mark) then
   return Begin.RUNNING_ELSEWHERE
 end
--- The same attempt again after its release: a run of its own.
-local again = released ~= '' and attempt == recorded
 redis.call('HSET', KEYS[1], 'run_step', ARGV[2], 'run_until', now + tonumber(ARGV[5]),
   'run_attempt', math.max(attempt, recorded), 'run_by', ARGV[4],
-  'run_released', again and 'rebegun' or '')
+  'run_released', lease_mark(attempt, recorded, mark))
 return Begin.RUN

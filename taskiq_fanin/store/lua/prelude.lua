@@ -25,18 +25,38 @@ local function may_move(record, from, to)
   return allowed ~= nil and allowed[to] == true
 end
 
+-- A run lease's mark (each guard keeps it beside its lease): RELEASED once
+-- its attempt ended for its retry (the release scripts), REBEGUN once a copy
+-- of that same attempt began since (kicked again: a redelivery, a duplicate, a
+-- group or the sweep re-kicking it), '' for the first copy of an attempt.
+local RELEASED, REBEGUN = 'released', 'rebegun'
+
 -- Whether a copy of `attempt` may take a run lease whose holder recorded
--- `recorded` (another delivery; `held`: its lease has not run out). Attempt n
--- exists only once a copy of n-1 ended, so an earlier attempt's copy never
--- runs; the next attempt takes even a held lease over (the retry middleware
--- kicks it before the failed attempt releases), unless it is the sweep's copy
--- (`takes_over` '0': it goes as the next attempt, but nothing ended); a copy
--- of the same attempt, or a jump past the next, only once it is not held.
-local function may_take_lease(attempt, recorded, held, takes_over)
+-- `recorded` (another delivery; `held`: its lease has not run out; `mark`:
+-- the lease's). Attempt n exists only once a copy of n-1 ended, so an earlier
+-- attempt's copy never runs; the next attempt takes even a held lease over
+-- (the retry middleware kicks it before the failed attempt releases), unless
+-- it is the sweep's copy (`takes_over` '0': it goes as the next attempt, but
+-- nothing ended) or the holder is a copy begun again after its attempt's
+-- release (REBEGUN: a run of its own, still running; taken over, both bodies
+-- would run to their end); a copy of the same attempt, or a jump past the
+-- next, only once it is not held.
+local function may_take_lease(attempt, recorded, held, takes_over, mark)
   if attempt < recorded then
     return false
   end
-  return not held or (attempt == recorded + 1 and takes_over ~= '0')
+  return not held
+    or (attempt == recorded + 1 and takes_over ~= '0' and mark ~= REBEGUN)
+end
+
+-- The mark a copy of `attempt` leaves as it takes (or renews) a lease marked
+-- `mark` whose holder recorded `recorded`: the released attempt again, or a
+-- copy begun again renewing, is REBEGUN; a later attempt's first copy, ''.
+local function lease_mark(attempt, recorded, mark)
+  if attempt == recorded and (mark == RELEASED or mark == REBEGUN) then
+    return REBEGUN
+  end
+  return ''
 end
 
 -- Set the hash's `field` from `from` to `to` (and any more field/value pairs):

@@ -2,7 +2,9 @@
   A continuation's attempt ended without completing it (it failed, and the retry
   middleware will run it again): give up its run lease so the retry may run,
   unless the retry has already taken the lease over (beginContinuation). The
-  state stays running: only the lease is released.
+  state stays running: only the lease is released, marked so: a copy of the
+  same attempt begun since is a run of its own, which no later attempt takes
+  over (beginContinuation).
 
   KEYS[1] meta
 
@@ -17,5 +19,5 @@ if meta[1] ~= ARGV[1] or meta[2] ~= 'running'
     or (tonumber(meta[3]) or 0) ~= tonumber(ARGV[2]) then
   return Applied.UNCHANGED
 end
-redis.call('HSET', KEYS[1], 'run_until', 0)
+redis.call('HSET', KEYS[1], 'run_until', 0, 'run_released', RELEASED)
 return Applied.APPLIED

@@ -1,7 +1,9 @@
 --[[
   An attempt of a chain's error continuation ended without an outcome (the
   retry middleware will run it again): give up its run lease so the retry may
-  run, unless a later attempt has taken it over. It stays running. The retry is
+  run, unless a later attempt has taken it over. It stays running; the lease
+  is marked released: a copy of the same attempt begun since is a run of its
+  own, which no later attempt takes over (beginOnError). The retry is
   due to begin within a span (the record's step span, else ARGV[3]) of now,
   on Redis's clock (on_error_retry_by): past it, the sweep counts it lost.
 
@@ -22,5 +24,6 @@ if record[1] ~= ARGV[1] or record[2] ~= 'running'
   return Applied.UNCHANGED
 end
 local span = tonumber(record[4]) or tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'on_error_until', 0, 'on_error_retry_by', now_ms() + span)
+redis.call('HSET', KEYS[1], 'on_error_until', 0, 'on_error_retry_by', now_ms() + span,
+  'on_error_released', RELEASED)
 return Applied.APPLIED

@@ -17,5 +17,5 @@ if record[1] ~= ARGV[1] or record[2] ~= ARGV[2]
     or (tonumber(record[3]) or 0) ~= tonumber(ARGV[3]) then
   return Applied.UNCHANGED
 end
-redis.call('HSET', KEYS[1], 'run_until', 0, 'run_released', 'released')
+redis.call('HSET', KEYS[1], 'run_until', 0, 'run_released', RELEASED)
 return Applied.APPLIED

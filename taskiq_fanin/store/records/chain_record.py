@@ -39,6 +39,7 @@ class ChainRecord:
         "run_until": "run_until",
         "run_attempt": "run_attempt",
         "run_by": "run_by",
+        "run_released": "run_released",
         "member": "member",
         "outcome": "outcome",
         "payload": "payload",
@@ -49,6 +50,7 @@ class ChainRecord:
         "on_error_until": "on_error_until",
         "on_error_attempt": "on_error_attempt",
         "on_error_by": "on_error_by",
+        "on_error_released": "on_error_released",
         "on_error_retry_by": "on_error_retry_by",
         "on_error_redrives": "on_error_redrives",
         "settled": "settled",
@@ -79,6 +81,9 @@ class ChainRecord:
     run_until: int = 0
     run_attempt: int = 0
     run_by: str = ""
+    #: 'released' once its attempt released it for its retry, 'rebegun' once a
+    #: copy of that attempt began since (no later attempt takes it over), ''.
+    run_released: str = ""
     #: The label of the group member the chain is ('' if none), and the
     #: member's outcome and payload once the chain is done.
     member: str = ""
@@ -98,6 +103,8 @@ class ChainRecord:
     on_error_until: int = 0
     on_error_attempt: int = 0
     on_error_by: str = ""
+    #: Its lease's mark, as ``run_released`` is a step's.
+    on_error_released: str = ""
     #: Released for its retry: when the retry is due to have begun (epoch ms).
     on_error_retry_by: int = 0
     #: How many times the sweep kicked it again (``redriveOnError``).
@@ -133,6 +140,7 @@ class ChainRecord:
             run_until=as_int(f, "run_until"),
             run_attempt=as_int(f, "run_attempt"),
             run_by=f.get("run_by", ""),
+            run_released=f.get("run_released", ""),
             member=f.get("member", ""),
             outcome=f.get("outcome", ""),
             payload=f.get("payload", ""),
@@ -143,6 +151,7 @@ class ChainRecord:
             on_error_until=as_int(f, "on_error_until"),
             on_error_attempt=as_int(f, "on_error_attempt"),
             on_error_by=f.get("on_error_by", ""),
+            on_error_released=f.get("on_error_released", ""),
             on_error_retry_by=as_int(f, "on_error_retry_by"),
             on_error_redrives=as_int(f, "on_error_redrives"),
             settled=bool(f.get("settled")),

@@ -62,6 +62,7 @@ class GroupMeta:
         "run_until": "run_until",
         "run_attempt": "run_attempt",
         "run_by": "run_by",
+        "run_released": "run_released",
     }
 
     token: str = ""
@@ -116,6 +117,9 @@ class GroupMeta:
     run_until: int = 0
     run_attempt: int = 0
     run_by: str = ""
+    #: 'released' once its attempt released it for its retry, 'rebegun' once a
+    #: copy of that attempt began since (no later attempt takes it over), ''.
+    run_released: str = ""
 
     @classmethod
     def stored_as(cls, name: str) -> str:
@@ -165,6 +169,7 @@ class GroupMeta:
             run_until=as_int(f, "run_until"),
             run_attempt=as_int(f, "run_attempt"),
             run_by=f.get("run_by", ""),
+            run_released=f.get("run_released", ""),
         )
 
     @property
