@@ -6,7 +6,7 @@ the test process, its workers, the counts, the repair, and the promise checked.
 Each test keeps its servers, its broker's app, and how its primary dies: a
 ``Run`` subclass says how to reach the primary (``connect``) and what Redis
 raises while it switches (``errors``). Counts come from an observation server
-no fault touches, taken once nothing is left to run (``drained``).
+no fault touches, taken once nothing is left to run (``Run.drained``).
 """
 
 import asyncio
@@ -52,7 +52,8 @@ PACE = {"MEMBER_SECONDS": "0.05", "STEP_SECONDS": "0.3"}
 
 @dataclasses.dataclass
 class Run:
-    """The setup, the app as the test process loads it, and its clients."""
+    """The setup, the app as the test process loads it, its clients, and the
+    steps of a run."""
 
     app: ModuleType
     obs: Redis
@@ -85,6 +86,106 @@ class Run:
         ):
             yield
 
+    async def start(self) -> None:
+        """Kick every group and chain, then wait until the run is well under way."""
+        app = self.app
+        groups = [
+            group(
+                [Signature.of(app.member, f"g{g}", i) for i in range(MEMBERS)],
+                then=app.publish,
+                group_id=f"g{g}",
+            ).kiq(app.broker)
+            for g in range(GROUPS)
+        ]
+        chains = [
+            chain(
+                Signature.of(app.step, 0, f"c{c}", 0),
+                *(Signature.of(app.step, f"c{c}", n) for n in range(1, STEPS)),
+                chain_id=f"c{c}",
+            ).kiq(app.broker)
+            for c in range(CHAINS)
+        ]
+        await asyncio.gather(*groups, *chains)
+
+        async def under_way() -> bool:
+            return await self.delivered(app.member.task_name) >= KILL_AFTER
+
+        await eventually(under_way, what="the members to be under way")
+
+    async def recorded(self) -> set[str]:
+        """Member task ids whose outcome a worker recorded (said the observer)."""
+        return {str(m) for m in await self.obs.smembers(self.key("recorded"))}
+
+    async def finished(self) -> bool:
+        ran = await self.counted("continuations")
+        return len(ran) == GROUPS and all(last_steps(await self.counted("steps")))
+
+    async def drained(self) -> bool:
+        """Nothing is left to run: every stream entry delivered, and every one
+        still pending held by a read that died with the primary (idle for long)."""
+        stream = self.app.STREAM
+        try:
+            async with self.connect() as client:
+                groups = await client.xinfo_groups(stream)
+                (found,) = [g for g in groups if g["name"] == CONSUMER_GROUP.encode()]
+                if found["lag"]:
+                    return False
+                fresh = await client.xpending_range(
+                    stream, CONSUMER_GROUP, min="-", max="+", count=1
+                )
+                live = [e for e in fresh if e["time_since_delivered"] < DEAD_HOLD_MS]
+                return not live
+        except (*self.errors, RuntimeError):  # type: ignore[misc]
+            return False
+
+    async def drain(self) -> None:
+        """Wait until nothing is left to run."""
+        await eventually(self.drained, timeout=RECOVERY, what="the stream to drain")
+
+    async def kept(self) -> set[str]:
+        """Member task ids whose outcome the primary holds now: those in an open
+        group's done set, and every member of a group past open (its outcomes
+        were all recorded; a finished group keeps no done set)."""
+        fanin = find_fanin(self.app.broker)
+        found: set[str] = set()
+        async with self.connect() as client:
+            for g in range(GROUPS):
+                status = await group_status(fanin, f"g{g}")
+                if status.state is not GroupState.OPEN:
+                    found |= {f"g{g}~{i}" for i in range(MEMBERS)}
+                    continue
+                done = await client.smembers(GroupKeys(self.prefix, f"g{g}").done)
+                found |= {f"g{g}~{int(i)}" for i in done}
+        return found
+
+    async def sweeps(self) -> list[SweepReport]:
+        """Sweep (re-driving) until every continuation and last step has run."""
+        reports: list[SweepReport] = []
+
+        async def swept() -> bool:
+            try:
+                reports.append(await sweep(self.app.broker, policy="redrive"))
+            except (*self.errors, TaskiqError, OSError):  # type: ignore[misc]
+                return False  # the primary is still switching
+            return await self.finished()
+
+        await eventually(swept, timeout=RECOVERY, interval=1.0, what="the repair")
+        return reports
+
+    async def seen(self) -> "Seen":
+        """The observer's counts (read while the workers still run)."""
+        return Seen(
+            continuations=await self.counted("continuations"),
+            steps=await self.counted("steps"),
+            deliveries=await self.counted("delivered_ids"),
+            delivered=await self.delivered(self.app.member.task_name),
+            succeeded=await self.counted("succeeded"),
+        )
+
+    def read_logs(self) -> str:
+        """The workers' logs, once they stopped."""
+        return "".join(p.read_text(errors="replace") for p in self.logs.glob("*.log"))
+
 
 @asynccontextmanager
 async def loaded(
@@ -105,102 +206,9 @@ async def loaded(
         await app.obs().aclose()
 
 
-async def start_run(run: Run) -> None:
-    """Kick every group and chain, then wait until the run is well under way."""
-    app = run.app
-    groups = [
-        group(
-            [Signature.of(app.member, f"g{g}", i) for i in range(MEMBERS)],
-            then=app.publish,
-            group_id=f"g{g}",
-        ).kiq(app.broker)
-        for g in range(GROUPS)
-    ]
-    chains = [
-        chain(
-            Signature.of(app.step, 0, f"c{c}", 0),
-            *(Signature.of(app.step, f"c{c}", n) for n in range(1, STEPS)),
-            chain_id=f"c{c}",
-        ).kiq(app.broker)
-        for c in range(CHAINS)
-    ]
-    await asyncio.gather(*groups, *chains)
-
-    async def under_way() -> bool:
-        return await run.delivered(app.member.task_name) >= KILL_AFTER
-
-    await eventually(under_way, what="the members to be under way")
-
-
-async def recorded(run: Run) -> set[str]:
-    """Member task ids whose outcome a worker recorded (said the observer)."""
-    return {str(m) for m in await run.obs.smembers(run.key("recorded"))}
-
-
 def last_steps(steps: dict[str, int]) -> list[int]:
     """How many times each chain's last step ran."""
     return [steps.get(f"c{c}~{STEPS - 1}", 0) for c in range(CHAINS)]
-
-
-async def finished(run: Run) -> bool:
-    ran = await run.counted("continuations")
-    return len(ran) == GROUPS and all(last_steps(await run.counted("steps")))
-
-
-async def drained(run: Run) -> bool:
-    """Nothing is left to run: every stream entry delivered, and every one still
-    pending held by a read that died with the primary (idle for long)."""
-    stream = run.app.STREAM
-    try:
-        async with run.connect() as client:
-            groups = await client.xinfo_groups(stream)
-            (found,) = [g for g in groups if g["name"] == CONSUMER_GROUP.encode()]
-            if found["lag"]:
-                return False
-            fresh = await client.xpending_range(
-                stream, CONSUMER_GROUP, min="-", max="+", count=1
-            )
-            live = [e for e in fresh if e["time_since_delivered"] < DEAD_HOLD_MS]
-            return not live
-    except (*run.errors, RuntimeError):  # type: ignore[misc]
-        return False
-
-
-async def kept(run: Run) -> set[str]:
-    """Member task ids whose outcome the primary holds now: those in an open
-    group's done set, and every member of a group past open (its outcomes were
-    all recorded; a finished group keeps no done set)."""
-    fanin = find_fanin(run.app.broker)
-    found: set[str] = set()
-    async with run.connect() as client:
-        for g in range(GROUPS):
-            status = await group_status(fanin, f"g{g}")
-            if status.state is not GroupState.OPEN:
-                found |= {f"g{g}~{i}" for i in range(MEMBERS)}
-                continue
-            done = await client.smembers(GroupKeys(run.prefix, f"g{g}").done)
-            found |= {f"g{g}~{int(i)}" for i in done}
-    return found
-
-
-async def sweeps(run: Run) -> list[SweepReport]:
-    """Sweep (re-driving) until every continuation and last step has run."""
-    reports: list[SweepReport] = []
-
-    async def swept() -> bool:
-        try:
-            reports.append(await sweep(run.app.broker, policy="redrive"))
-        except (*run.errors, TaskiqError, OSError):  # type: ignore[misc]
-            return False  # the primary is still switching
-        return await finished(run)
-
-    await eventually(swept, timeout=RECOVERY, interval=1.0, what="the repair")
-    return reports
-
-
-async def drain(run: Run) -> None:
-    """Wait until nothing is left to run."""
-    await eventually(lambda: drained(run), timeout=RECOVERY, what="the stream to drain")
 
 
 @dataclasses.dataclass
@@ -213,22 +221,6 @@ class Seen:
     delivered: int
     succeeded: dict[str, int]
     logs: str = ""
-
-
-async def seen(run: Run) -> Seen:
-    """The observer's counts (read while the workers still run)."""
-    return Seen(
-        continuations=await run.counted("continuations"),
-        steps=await run.counted("steps"),
-        deliveries=await run.counted("delivered_ids"),
-        delivered=await run.delivered(run.app.member.task_name),
-        succeeded=await run.counted("succeeded"),
-    )
-
-
-def read_logs(run: Run) -> str:
-    """The workers' logs, once they stopped."""
-    return "".join(p.read_text(errors="replace") for p in run.logs.glob("*.log"))
 
 
 def print_summary(

@@ -22,7 +22,7 @@ from the ledger past the groups' deadline, repairs both; it cannot tell a
 member lost from one only late (queued behind the ones whose writes were
 refused until the node rejoined), and re-drives both: a member runs at least
 once. Counts come from an observation server no fault touches, taken once
-nothing is left to run (``tests.failover_run.drained``).
+nothing is left to run (``tests.failover_run.Run.drained``).
 
 After the promotion the killed node is restarted, as an operator would: it
 keeps its ports and its ``nodes.conf`` and rejoins as a replica of the node
@@ -61,15 +61,8 @@ from tests.failover_run import (
     RUN_LEASE,
     Run,
     check,
-    drain,
-    kept,
     loaded,
     print_summary,
-    read_logs,
-    recorded,
-    seen,
-    start_run,
-    sweeps,
 )
 from tests.test_cluster_failover import promoted, replica_of, replication_info
 
@@ -102,6 +95,21 @@ class ClusterRun(Run):
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Any]:
         yield self.redis
+
+    async def kept(self) -> set[str]:
+        """As ``Run.kept``, read again until the client has found the new
+        primary."""
+        found: set[str] = set()
+
+        async def done_reading() -> bool:
+            try:
+                found.update(await super(ClusterRun, self).kept())
+            except self.errors:
+                return False  # the client has not found the new primary yet
+            return True
+
+        await eventually(done_reading, timeout=RECOVERY, what="the outcomes kept")
+        return found
 
 
 def _primaries(cluster: RedisCluster) -> dict[int, RedisServer]:
@@ -171,7 +179,7 @@ async def test_b_cluster_failover_mid_run_runs_every_continuation(
     async with cluster_run(tmp_path, monkeypatch, **env) as run:
         started = time.monotonic()
         with run.worker("a"), run.worker("b"):
-            await start_run(run)
+            await run.start()
             old = run.target
             replica = replica_of(run.cluster, old)
             await _fall_behind(old, replica)
@@ -179,23 +187,23 @@ async def test_b_cluster_failover_mid_run_runs_every_continuation(
             killed = time.monotonic() - started
             # Recorded before the kill; nothing can be recorded on the old
             # primary's slots until its replica is promoted.
-            were_recorded = await recorded(run)
+            were_recorded = await run.recorded()
             replica.resume()
             await promoted(replica)
             failover = time.monotonic() - started - killed
-            were_kept = await _kept(run)
+            were_kept = await run.kept()
             # The operator's repair: the dead node back, as the new one's replica.
             await asyncio.to_thread(old.restart, crash=True)
             await eventually(
                 lambda: _replicates(old), timeout=RECOVERY, what="the node to rejoin"
             )
             rejoined = time.monotonic() - started - killed
-            reports = await sweeps(run)
-            await drain(run)
+            reports = await run.sweeps()
+            await run.drain()
             # Held for good by reads and acknowledgements that died.
             held = await run.redis.xpending(run.app.STREAM, CONSUMER_GROUP)
-            counts = await seen(run)
-        counts.logs = read_logs(run)
+            counts = await run.seen()
+        counts.logs = run.read_logs()
 
     lost = were_recorded - were_kept
     print_summary(
@@ -210,22 +218,6 @@ async def test_b_cluster_failover_mid_run_runs_every_continuation(
         rejoined=rejoined,
     )
     check(durability, counts, lost)
-
-
-async def _kept(run: ClusterRun) -> set[str]:
-    """``tests.failover_run.kept``, read again until the client has found the
-    new primary."""
-    found: set[str] = set()
-
-    async def done_reading() -> bool:
-        try:
-            found.update(await kept(run))
-        except run.errors:
-            return False  # the client has not found the new primary yet
-        return True
-
-    await eventually(done_reading, timeout=RECOVERY, what="the outcomes kept")
-    return found
 
 
 async def _fall_behind(primary: RedisServer, replica: RedisServer) -> None:

@@ -14,7 +14,7 @@ primary (``taskiq worker`` starts new ones), leaving what they held pending
 for good (the Sentinel stream broker never reclaims). The sweep, re-driving
 from the ledger, repairs both; the run guards keep every continuation and last
 step to one run. Counts come from an observation server no fault touches, and
-are taken once nothing is left to run (``tests.failover_run.drained``).
+are taken once nothing is left to run (``tests.failover_run.Run.drained``).
 
 With ``durability="replicated"`` no recorded outcome may be lost; it runs with
 two replicas, so that the promoted primary has one to wait for (the parameter
@@ -43,21 +43,7 @@ from redis.asyncio import Redis
 
 from local_redis import RedisSentinel, RedisServer
 from taskiq_fanin.model.config import FanInConfig
-from tests.failover_run import (
-    PACE,
-    RUN_LEASE,
-    Run,
-    check,
-    drain,
-    kept,
-    loaded,
-    print_summary,
-    read_logs,
-    recorded,
-    seen,
-    start_run,
-    sweeps,
-)
+from tests.failover_run import PACE, RUN_LEASE, Run, check, loaded, print_summary
 
 pytestmark = pytest.mark.faults
 
@@ -124,24 +110,24 @@ async def test_a_sentinel_failover_mid_run_runs_every_continuation_once(
     async with sentinel_run(tmp_path, monkeypatch, replicas=replicas, **env) as run:
         started = time.monotonic()
         with run.worker("a"), run.worker("b"):
-            await start_run(run)
+            await run.start()
             old = run.sentinel.primary
             old.kill()
             killed = time.monotonic() - started
             # Recorded on the old primary: nothing can be recorded anywhere
             # until a replica is promoted.
-            were_recorded = await recorded(run)
+            were_recorded = await run.recorded()
             await asyncio.to_thread(run.sentinel.wait_for_promotion, old.port)
             failover = time.monotonic() - started - killed
-            were_kept = await kept(run)
+            were_kept = await run.kept()
             try:
-                reports = await sweeps(run)
+                reports = await run.sweeps()
             except AssertionError as timed_out:
                 raise AssertionError(_switch(run)) from timed_out
-            await drain(run)
-            counts = await seen(run)
+            await run.drain()
+            counts = await run.seen()
             failovers = run.sentinel.epoch()
-        counts.logs = read_logs(run)
+        counts.logs = run.read_logs()
 
     lost = were_recorded - were_kept
     print_summary(
