@@ -38,6 +38,7 @@ be read and copied.)
 from local_redis.cluster import RedisCluster
 from local_redis.counting import MonitorTap, Tally, commandstats, commandstats_calls
 from local_redis.duplicating import DuplicatingMiddleware
+from local_redis.host import LOOPBACK, free_port
 from local_redis.processes import (
     alive,
     children_of,
@@ -59,12 +60,7 @@ from local_redis.provider import (
 )
 from local_redis.replica import replica_of
 from local_redis.sentinel import RedisSentinel
-from local_redis.server import (
-    LOOPBACK,
-    REDIS_URL_ENV,
-    RedisServer,
-    free_port,
-)
+from local_redis.server import REDIS_URL_ENV, RedisServer
 from local_redis.waiting import eventually, poll_until, wait_until
 from local_redis.workers import (
     TaskiqWorker,

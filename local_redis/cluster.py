@@ -10,15 +10,8 @@ from types import TracebackType
 import redis
 from redis.exceptions import RedisError
 
-from local_redis.server import (
-    DEFAULT_STARTUP_TIMEOUT,
-    DEFAULT_STOP_GRACE,
-    LOOPBACK,
-    POLL_INTERVAL,
-    RedisServer,
-    find_executable,
-    free_port,
-)
+from local_redis.host import LOOPBACK, POLL_INTERVAL, find_executable, free_port
+from local_redis.server import DEFAULT_STARTUP_TIMEOUT, DEFAULT_STOP_GRACE, RedisServer
 
 #: How long a new cluster may take to agree on its slots.
 DEFAULT_CLUSTER_TIMEOUT = 30.0

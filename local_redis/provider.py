@@ -21,7 +21,8 @@ import redis
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from local_redis.server import LOOPBACK, REDIS_URL_ENV, RedisServer, free_port
+from local_redis.host import LOOPBACK, free_port
+from local_redis.server import REDIS_URL_ENV, RedisServer
 
 #: SCAN page size, and batch size, when deleting keys under a prefix.
 _DELETE_BATCH = 500

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from local_redis.server import LOOPBACK, RedisServer
+from local_redis.host import LOOPBACK
+from local_redis.server import RedisServer
 
 #: The harness's user: everything.
 ADMIN = "admin"

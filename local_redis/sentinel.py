@@ -13,14 +13,9 @@ import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
+from local_redis.host import LOOPBACK, POLL_INTERVAL
 from local_redis.sentinel_node import SentinelNode, info, master_view, named_primary
-from local_redis.server import (
-    DEFAULT_STARTUP_TIMEOUT,
-    DEFAULT_STOP_GRACE,
-    LOOPBACK,
-    POLL_INTERVAL,
-    RedisServer,
-)
+from local_redis.server import DEFAULT_STARTUP_TIMEOUT, DEFAULT_STOP_GRACE, RedisServer
 
 #: The name the sentinels know the primary by.
 DEFAULT_MASTER_NAME = "fanin-primary"

@@ -13,7 +13,8 @@ import re
 import redis
 from redis.exceptions import RedisError
 
-from local_redis.server import LOOPBACK, RedisServer
+from local_redis.host import LOOPBACK
+from local_redis.server import RedisServer
 
 #: Sentinels that must agree the primary is down: a majority of three.
 QUORUM = 2

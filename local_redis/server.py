@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,18 +20,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import redis
-from redis.exceptions import RedisError
-
+from local_redis.host import (
+    LOOPBACK,
+    POLL_INTERVAL,
+    answers,
+    find_executable,
+    free_port,
+)
 from local_redis.kept_logs import keep_copy
 from local_redis.processes import stop_process_group
 
 #: Environment variable naming a Redis server to use instead of starting one
 #: (:func:`local_redis.redis_url_from_env_or_server`).
 REDIS_URL_ENV = "REDIS_URL"
-
-#: Only ever listen on, and connect to, the loopback interface.
-LOOPBACK = "127.0.0.1"
 
 #: How long a fresh server may take to answer PING; generous for a loaded CI box.
 DEFAULT_STARTUP_TIMEOUT = 15.0
@@ -42,54 +42,6 @@ DEFAULT_STOP_GRACE = 5.0
 
 #: Tries at a fresh port when another process takes ours between probe and bind.
 _PORT_ATTEMPTS = 5
-
-POLL_INTERVAL = 0.02
-INSTALL_HINT = (
-    "Install it (Debian/Ubuntu: `apt-get install redis-server`, which also brings "
-    "redis-cli; macOS: `brew install redis`), or set REDIS_URL to a Redis server "
-    "the tests may use."
-)
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on right now.
-
-    The port is only free at the moment of the call: callers retry when another
-    process takes it before they bind it.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def find_executable(name: str) -> str:
-    """The path of ``name`` on PATH, or an error that says how to install it."""
-    path = shutil.which(name)
-    if path is None:
-        msg = f"{name} was not found on PATH. {INSTALL_HINT}"
-        raise RuntimeError(msg)
-    return path
-
-
-def _answers(port: int, **options: Any) -> bool:
-    """Whether a server on ``127.0.0.1:port`` answers PING (not while loading).
-
-    ``options``: more of ``redis.Redis``'s (TLS, a user), for a locked-down server.
-    """
-    client = redis.Redis(
-        host=LOOPBACK,
-        port=port,
-        socket_timeout=1.0,
-        socket_connect_timeout=1.0,
-        **options,
-    )
-    try:
-        return bool(client.ping())
-    except RedisError:
-        return False
-    finally:
-        client.close()
 
 
 class RedisServer:
@@ -308,7 +260,7 @@ class RedisServer:
                     return False
                 msg = f"redis-server exited at startup:\n{log_text}"
                 raise RuntimeError(msg)
-            if _answers(port, **self._client_options()):
+            if answers(port, **self._client_options()):
                 self._port = port
                 return True
             time.sleep(POLL_INTERVAL)

@@ -31,12 +31,14 @@ from taskiq_fanin.model.errors import (
     RunningElsewhereError,
     UnknownTaskError,
 )
+from taskiq_fanin.model.planning_errors import GroupLostError
 
 __all__ = [
     "ArgumentsMismatchError",
     "ChainCancelledError",
     "ChainGivenUpError",
     "FanInError",
+    "GroupLostError",
     "GroupResultsExpiredError",
     "GroupStepFailedError",
     "GroupTaskOrderError",

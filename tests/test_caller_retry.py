@@ -438,3 +438,26 @@ async def test_a_group_kiq_whose_chain_member_s_first_kick_failed_kicks_it_again
     assert failed == ["cm~1~0"]
     assert seen["last"] == [1]
     assert seen["then"] == [2]
+
+
+async def test_a_chain_kiq_whose_first_step_group_the_replica_missed_plans_it(
+    rig: tuple[Kicks, FanInMiddleware, dict[str, Any]], refusing: RefusingRedis
+) -> None:
+    """The first step's group was created on the primary, its replica behind:
+    the retry starts the chain again and plans that group under the same
+    token, going on where it stopped, rather than leaving it to the sweep."""
+    broker, _, seen = rig
+    member, _, _, _ = seen["tasks"]
+
+    @broker.task(task_name="count")
+    async def count(result: GroupResult) -> None:
+        seen["last"].append(len(result.succeeded))
+
+    steps = (group([Signature.of(member, i) for i in range(3)]), Signature.of(count))
+    await chain(*steps, chain_id="warm").kiq(broker)  # the scripts are loaded
+    await settled(broker)
+    refusing.replicas.refuse = times(calls("createGroup"), 1)
+    await chain(*steps, chain_id="cg").kiq(broker)
+    await settled(broker)
+
+    assert seen["last"] == [3, 3]

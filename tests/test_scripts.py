@@ -628,3 +628,38 @@ async def test_an_index_entry_is_only_brought_sooner(
     assert sooner is not None
     assert later is not None
     assert sooner < later
+
+
+async def test_a_step_copy_begun_after_its_attempt_released_is_not_taken_over(
+    client: Redis, key_prefix: str
+) -> None:
+    """Attempt 0 failed and released its lease; a copy of attempt 0 kicked
+    again (a caller's retried start, a group re-kicking its chain member) runs:
+    the retry middleware's attempt 1, kicked to replace the attempt that
+    failed, does not take that fresh run's lease over (both would run the
+    body to its end); it runs once that lease is not held."""
+    from taskiq_fanin.store.chain_scripts import ChainScripts
+    from taskiq_fanin.store.keys import ChainKeys
+
+    chains = ChainScripts(client, PipelineBatcher(client))
+    keys = ChainKeys(key_prefix, "c")
+    await chains.start(
+        keys, token=TOKEN, names="[]", steps=2, ttl_ms=60_000, pending="",
+        deadline_ms=60_000,
+    )  # fmt: skip
+
+    async def begin(attempt: int, delivery: str) -> Begin:
+        return await chains.begin_step(
+            keys, token=TOKEN, step=0, attempt=attempt, delivery=delivery,
+            lease_ms=60_000,
+        )  # fmt: skip
+
+    assert await begin(0, "a0") is Begin.RUN
+    assert await chains.release_step(keys, token=TOKEN, step=0, attempt=0)
+    assert await begin(0, "again") is Begin.RUN  # attempt 0 kicked again
+    assert await begin(1, "a1") is Begin.RUNNING_ELSEWHERE
+    assert await begin(0, "again") is Begin.RUN  # it renews its lease
+    await client.hset(keys.record, "run_until", 1)  # its worker died
+    assert await begin(1, "a1") is Begin.RUN
+    # Without a release, the next attempt takes the failed one's lease over.
+    assert await begin(2, "a2") is Begin.RUN

@@ -9,7 +9,12 @@ import enum
 from datetime import datetime
 
 from taskiq_fanin.api.broker import Target, context_of
-from taskiq_fanin.api.retries import cancel_chain_riding, cancel_group_riding, riding
+from taskiq_fanin.api.retries import (
+    cancel_chain_riding,
+    cancel_group_riding,
+    deadline,
+    riding,
+)
 from taskiq_fanin.chains import record
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import inspection
@@ -73,13 +78,17 @@ async def cancel(target: Target, workflow_id: str) -> bool:
     done tells ``True``), then the error is raised.
     """
     ctx = context_of(target)
+    until = deadline(ctx)  # one retry_for for the lookup and the cancel
     kind = await riding(
-        ctx, lambda: resolve(ctx, workflow_id), what=("Finding", workflow_id)
+        ctx,
+        lambda: resolve(ctx, workflow_id),
+        what=("Finding", workflow_id),
+        until=until,
     )
     if kind is Kind.GROUP:
-        return await cancel_group_riding(ctx, workflow_id)
+        return await cancel_group_riding(ctx, workflow_id, until=until)
     if kind is Kind.CHAIN:
-        return await cancel_chain_riding(ctx, workflow_id)
+        return await cancel_chain_riding(ctx, workflow_id, until=until)
     return False
 
 

@@ -1,5 +1,6 @@
 """``group(...)``: a group described, then planned and dispatched on a broker."""
 
+import logging
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -12,14 +13,16 @@ from taskiq_fanin.api.checks import wrong_kind
 from taskiq_fanin.api.retries import cancel_group_riding, riding
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups import inspection, ledger
-from taskiq_fanin.groups.planning import plan_group
-from taskiq_fanin.groups.validation import validate_group
+from taskiq_fanin.groups.planning import Planned, plan_group
+from taskiq_fanin.groups.validation import GroupPlan, validate_group
 from taskiq_fanin.model.errors import InvalidGroupError
 from taskiq_fanin.model.options import GroupOptions
 from taskiq_fanin.model.results import GroupStatus
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec, GroupSpec
 from taskiq_fanin.store.keys import validate_group_id
+
+logger = logging.getLogger("taskiq_fanin")
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -104,17 +107,60 @@ class Group(GroupSpec):
                 )
             self._kicked = True
         plan = validate_group(ctx, self, stream=self.stream)
-        # Tried again while Redis is away, with the same id and token.
-        chunks = ledger.Replay(ctx, plan)
-        try:
+        if plan.stream is None:
+            # Tried again while Redis is away, with the same id and token, its
+            # whole ledger written again (Redis may have lost the group).
             planned = await riding(
                 ctx,
-                lambda: plan_group(ctx, plan, chunks=chunks.attempt()),
+                lambda: plan_group(ctx, plan, retried=True),
                 what=("Planning group", plan.group_id),
             )
-        finally:
-            await chunks.aclose()
+        else:
+            planned = await _plan_streamed(ctx, plan)
         return GroupHandle(planned.group_id, planned.created, ctx)
+
+
+async def _plan_streamed(ctx: FanInContext, plan: GroupPlan) -> Planned:
+    """Plan a streamed group, tried again while Redis is away: its chunks replayed.
+
+    What the caller's iterator raised is raised, never retried: over a
+    Redis error met while taking back what was written (logged).
+    """
+    chunks = ledger.Replay(ctx, plan)
+    try:
+        return await riding(
+            ctx,
+            lambda: plan_group(ctx, plan, chunks=chunks.attempt(), retried=True),
+            what=("Planning group", plan.group_id),
+            final=lambda error: error is chunks.failure,
+        )
+    except Exception as error:
+        failure = chunks.failure
+        if failure is None or error is failure:
+            raise
+        logger.warning(
+            "Group %s: its members' iterator raised (%r); what was written of "
+            "it was not taken back: %s",
+            plan.group_id,
+            failure,
+            error,
+        )
+    finally:
+        await _closed(chunks, plan.group_id)
+    raise failure
+
+
+async def _closed(chunks: ledger.Replay, group_id: str) -> None:
+    """The iterator closed; its own cleanup raising is logged, not raised.
+
+    It would hide the plan's outcome or error.
+    """
+    try:
+        await chunks.aclose()
+    except Exception:
+        logger.warning(
+            "Group %s: closing its members' iterator raised", group_id, exc_info=True
+        )
 
 
 Members = Iterable[Signature | ChainSpec] | AsyncIterable[Signature | ChainSpec]

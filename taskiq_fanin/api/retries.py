@@ -12,6 +12,7 @@ chain again with its token kicks its first step if it has not moved
 ``retry_for`` the error is raised.
 """
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -28,42 +29,84 @@ T = TypeVar("T")
 RAISED = "%s %s failed while Redis was away; raised to its caller"
 
 
+def deadline(ctx: FanInContext) -> float:
+    """When a verb's retries end (the loop's clock): ``retry_for`` from now.
+
+    A verb of many phases rides them all within it, not ``retry_for`` each.
+    """
+    return asyncio.get_running_loop().time() + ctx.config.retry_for
+
+
 async def riding(
-    ctx: FanInContext, work: Callable[[], Awaitable[T]], *, what: tuple[str, str]
+    ctx: FanInContext,
+    work: Callable[[], Awaitable[T]],
+    *,
+    what: tuple[str, str],
+    final: Callable[[BaseException], bool] = lambda _: False,
+    until: float | None = None,
 ) -> T:
-    """Run ``work``, again while Redis is away, for ``retry_for`` at most."""
+    """Run ``work``, again while Redis is away, for ``retry_for`` at most.
+
+    ``final``: an error never retried (the caller's own, whatever its type);
+    ``until``: the verb's :func:`deadline`, when it has phases before this one.
+    """
+    retry_for = ctx.config.retry_for
+    if until is not None:
+        retry_for = max(0.0, until - asyncio.get_running_loop().time())
     return await retrying(
         work,
-        retry_for=ctx.config.retry_for,
+        retry_for=retry_for,
         what=what,
         giving_up=RAISED,
         log_refusals=False,
+        final=final,
+        traceback=False,
     )
 
 
-async def cancel_group_riding(ctx: FanInContext, group_id: str) -> bool:
+async def cancel_group_riding(
+    ctx: FanInContext, group_id: str, *, until: float | None = None
+) -> bool:
     """Cancel a group; a try that failed may have cancelled it: then True."""
+    until = deadline(ctx) if until is None else until
     tried = Tried()
     cancelled = await riding(
         ctx,
         tried.of(lambda: cancel_group(ctx, group_id)),
         what=("Cancelling", group_id),
+        until=until,
     )
     if cancelled or not tried.failed:
         return cancelled
-    status = await inspection.status(ctx, group_id)
+    status = await riding(
+        ctx,
+        lambda: inspection.status(ctx, group_id),
+        what=("Reading", group_id),
+        until=until,
+    )
     return status.state is GroupState.CANCELLED
 
 
-async def cancel_chain_riding(ctx: FanInContext, chain_id: str) -> bool:
+async def cancel_chain_riding(
+    ctx: FanInContext, chain_id: str, *, until: float | None = None
+) -> bool:
     """Cancel a chain; a try that failed may have cancelled it: then True."""
+    until = deadline(ctx) if until is None else until
     tried = Tried()
     cancelled = await riding(
-        ctx, tried.of(lambda: saga.cancel(ctx, chain_id)), what=("Cancelling", chain_id)
+        ctx,
+        tried.of(lambda: saga.cancel(ctx, chain_id)),
+        what=("Cancelling", chain_id),
+        until=until,
     )
     if cancelled or not tried.failed:
         return cancelled
-    status = await record.status(ctx, chain_id)
+    status = await riding(
+        ctx,
+        lambda: record.status(ctx, chain_id),
+        what=("Reading", chain_id),
+        until=until,
+    )
     return status.state is ChainState.CANCELLED
 
 

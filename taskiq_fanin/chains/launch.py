@@ -156,8 +156,21 @@ async def kick_step(
         )
         return
     if plan is None:
+        if delivery is None and cursor.index == 0:
+            delivery = first_group_token(cursor)
         plan = _group_plan(ctx, cursor, step, previous, label=label, delivery=delivery)
     await plan_group(ctx, plan)
+
+
+def first_group_token(cursor: ChainCursor) -> str:
+    """The token of a chain's first step when it is a group: the same at every kick.
+
+    No step's delivery kicks it: the chain's starter does, and a starter that
+    retries (or the sweep repeating the step) plans it again under this token,
+    going on where the last try stopped (``member_token``'s reason).
+    """
+    seed = f"{cursor.token}:{cursor.step_id}".encode()
+    return hashlib.sha256(seed).hexdigest()[:16]
 
 
 def prepare_step(

@@ -54,30 +54,49 @@ async def chunks(ctx: FanInContext, plan: GroupPlan) -> AsyncGenerator[Chunk, No
 
 
 class Replay:
-    """A plan's chunks, read once, handed again to a planner that retries.
+    """A streamed plan's chunks, read once, handed again to a planner that retries.
 
     A retry of planning (``api/retries.py``) starts from the first chunk again
     (``createGroup``, which tells it the group is its own), then writes again
     the chunk it was writing when it failed, then goes on: every chunk before
-    that one was written, as the planner asks for the next only then. A
-    streamed group's iterator is read once, and one chunk of it is held.
+    that one was written, as the planner asks for the next only then (should
+    Redis have lost them, the planner finds the ledger short of them). The
+    iterator is read once, and one chunk of it is held. An error it raised
+    (the caller's, or a bad member) is kept and raised again at every try:
+    ``failure``, never taken for Redis away.
     """
 
     def __init__(self, ctx: FanInContext, plan: GroupPlan) -> None:
         self._source = chunks(ctx, plan)
         self._first: Chunk | None = None
         self._last: Chunk | None = None
+        #: What the iterator raised, if it did.
+        self.failure: Exception | None = None
 
     async def attempt(self) -> AsyncGenerator[Chunk, None]:
         """The chunks for one try of planning."""
         if self._first is None:
-            self._first = await anext(self._source)
+            self._first = await self._next()
+            if self._first is None:  # chunks() yields one at least
+                raise RuntimeError("a plan's chunks ended before their first")
         yield self._first
         if self._last is not None:
             yield self._last
-        async for chunk in self._source:
+        while (chunk := await self._next()) is not None:
             self._last = chunk
             yield chunk
+
+    async def _next(self) -> Chunk | None:
+        """The iterator's next chunk, ``None`` past the last; its error, kept."""
+        if self.failure is not None:
+            raise self.failure
+        try:
+            return await anext(self._source)
+        except StopAsyncIteration:
+            return None
+        except Exception as error:
+            self.failure = error
+            raise
 
     async def aclose(self) -> None:
         """Planning is over: the iterator is read no further."""

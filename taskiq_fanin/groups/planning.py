@@ -16,12 +16,12 @@ from redis.exceptions import RedisError
 
 from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
-from taskiq_fanin.groups import index, ledger
+from taskiq_fanin.groups import index, ledger, writing
 from taskiq_fanin.groups.dispatching import dispatch_members
 from taskiq_fanin.groups.finalising import finalise
 from taskiq_fanin.groups.validation import GroupPlan
 from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.errors import FanInError, IdInUseError, shown
+from taskiq_fanin.model.errors import IdInUseError, shown
 from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.model.spec import ChainSpec
@@ -52,14 +52,17 @@ async def plan_group(
     plan: GroupPlan,
     *,
     chunks: AsyncGenerator[ledger.Chunk, None] | None = None,
+    retried: bool = False,
 ) -> Planned:
     """Write the group's meta and ledger chunk by chunk, then dispatch every member.
 
     No member is kicked before the whole ledger is durable and sealed. A chain
     of the same id refuses it (``IdInUseError``): nothing is left of it.
     ``chunks``: the plan's, for a try that may not be the first
-    (``ledger.Replay``). A group this plan's token created counts as created,
-    however many tries it took.
+    (``ledger.Replay``); ``retried``: a try that fails with Redis away is
+    tried again (a group whose plan failed otherwise is then taken back by the
+    next try). A group this plan's token created counts as created, however
+    many tries it took.
     """
     keys = GroupKeys(ctx.config.prefix, plan.group_id)
     deadline_ms = ms(plan.options.deadline)
@@ -93,14 +96,28 @@ async def plan_group(
             await finalise(ctx, plan.group_id, token, claimant=claimant)
         return Planned(group_id=plan.group_id, created=ours)
     if created is Created.CREATED:
-        whole, total = await _write_rest(ctx, keys, token, parts, len(first.entries))
+        whole, total = await writing.write_rest(
+            ctx,
+            keys,
+            token,
+            parts,
+            len(first.entries),
+            sealed=first.last,
+            retried=retried,
+        )
         # The planner holds every member when they were listed (or streamed
         # in one chunk); else they are read back from the ledger.
         if whole and (plan.stream is None or first.last):
             in_hand = dict(enumerate(plan.members or first.members))
     else:
-        total = await _take_over(
-            ctx, keys, made, own_token=plan.token, first=first, parts=parts
+        total = await writing.take_over(
+            ctx,
+            keys,
+            made,
+            own_token=plan.token,
+            first=first,
+            parts=parts,
+            retried=retried,
         )
     try:
         await _dispatch(ctx, plan, token, in_hand, total)
@@ -153,84 +170,6 @@ async def _release(ctx: FanInContext, keys: GroupKeys, token: str) -> None:
         logger.warning(
             "Group %s: its failed planner's lease was not released", keys.group_id
         )
-
-
-async def _take_over(
-    ctx: FanInContext,
-    keys: GroupKeys,
-    made: Creation,
-    *,
-    own_token: str,
-    first: ledger.Chunk,
-    parts: AsyncGenerator[ledger.Chunk, None],
-) -> int:
-    """An earlier planner died mid-way: seal its ledger; the total it holds.
-
-    The same planner again (its token) writes its chunks again, nothing
-    changing twice; another only seals what the ledger holds.
-    """
-    token, written, total = made.token, False, 0
-    if not made.sealed and token == own_token:
-        written, total = await _write(ctx, keys, token, first)
-    if written:
-        _, total = await _write_rest(ctx, keys, token, parts, total)
-        return total
-    await parts.aclose()
-    _, total = await ctx.scripts.append_ledger(
-        keys, token=token, first=0, members=(), seal=True
-    )
-    return total
-
-
-async def _write(
-    ctx: FanInContext, keys: GroupKeys, token: str, chunk: ledger.Chunk
-) -> tuple[bool, int]:
-    """Append one chunk; False: the ledger was sealed by another (taken over).
-
-    With the ledger's total after the call.
-    """
-    return await ctx.scripts.append_ledger(
-        keys, token=token, first=chunk.first, members=chunk.entries, seal=chunk.last
-    )
-
-
-async def _write_rest(
-    ctx: FanInContext,
-    keys: GroupKeys,
-    token: str,
-    parts: AsyncGenerator[ledger.Chunk, None],
-    total: int,
-) -> tuple[bool, int]:
-    """Append every further chunk; False when the ledger was sealed meanwhile.
-
-    Another planner (or the sweep) sealed it: what it holds is the group, and
-    is kicked. A bad streamed member abandons the group (nothing was kicked)
-    and raises. ``total``: the ledger's so far; returned with the flag.
-    """
-    try:
-        async for chunk in parts:
-            written, total = await _write(ctx, keys, token, chunk)
-            if not written:
-                logger.warning(
-                    "Group %s: its ledger was sealed by another planner or the "
-                    "sweep; members after %d are not part of it",
-                    keys.group_id,
-                    chunk.first - 1,
-                )
-                return False, total
-    except FanInError:
-        if not await ctx.scripts.abandon_group(keys, token=token):
-            # Another planner or the sweep sealed the ledger meanwhile: the group
-            # runs as that ledger holds it, without the rest of the iterator.
-            logger.warning(
-                "Group %s: a bad member was found after its ledger was sealed "
-                "by another planner or the sweep; the group runs without it",
-                keys.group_id,
-            )
-            return False, total
-        await index.remove(ctx, keys.group_id)
-        raise
-    return True, total
 
 
 async def _dispatch(

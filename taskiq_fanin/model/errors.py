@@ -18,6 +18,7 @@ Exported, every one, from ``taskiq_fanin.errors``. Where each is met:
   ``durability="replicated"``) is Redis being away: retried, then the message
   is left unacknowledged. ``GroupResultsExpiredError`` is raised by a
   by-reference ``GroupResult`` read after its group's keys are gone.
+  ``GroupLostError``: in ``model/planning_errors.py``.
 - **Recorded outcomes**, never raised at a caller: ``GroupStepFailedError``
   (a chain's group step failed under policy ``fail``), ``ChainGivenUpError``
   (the sweep gave up on a stuck chain), both as the chain's error and in its

@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
 
 from taskiq_fanin.store.hand_over import hand_over
-from taskiq_fanin.store.pipeline import PipelineBatcher, fail_all, reload
+from taskiq_fanin.store.pipeline import PipelineBatcher, fail_all, loaded
 
 #: One group's calls: its keys, then its token (members of one token share calls).
 GroupCallKey = tuple[Any, ...]
@@ -259,13 +258,17 @@ class OutcomeBatcher:
             self.stats.members += len(call.members)
             pipe.execute_command("EVALSHA", self._script.sha, *self._arguments(call))
 
-        try:
+        tries = 0
+
+        async def send() -> Any:
+            nonlocal tries
+            if tries:  # after a load, through the pipeline again (WAIT),
+                self.stats.calls -= 1  # as the same call
+                self.stats.members -= len(call.members)
+            tries += 1
             return await self._pipeline(add, written=call.keys[0])
-        except NoScriptError:
-            await reload(self._script)  # then through the pipeline again (WAIT),
-            self.stats.calls -= 1  # as the same call
-            self.stats.members -= len(call.members)
-            return await self._pipeline(add, written=call.keys[0])
+
+        return await loaded(self._script, send)
 
     def _worth_waiting(self, key: GroupCallKey) -> bool:
         last = self._last_call.get(key)

@@ -16,15 +16,17 @@ loop is busy (a continuation's kick, its run guard) goes
 
 import asyncio
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from taskiq_fanin.store.replication import Replication, Waits
+
+T = TypeVar("T")
 
 #: The most commands one pipeline carries.
 MAX_BATCH = 256
@@ -195,45 +197,71 @@ class ScriptBatcher:
         command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
         written = keys[0] if self._writes and keys else None
         send = self._batcher.now if now else self._batcher
+        # Through the pipeline after a load too, so that a write is still
+        # followed by WAIT.
+        return await loaded(
+            self._script,
+            lambda: send(lambda pipe: pipe.execute_command(*command), written=written),
+        )
+
+
+#: How many loads a call that keeps meeting NOSCRIPT asks for before it raises.
+RELOADS = 3
+
+
+async def loaded(script: AsyncScript, call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``; NOSCRIPT (the server lost its script cache): load, call again.
+
+    The first load is shared with the callers at the same time; one that
+    began before this caller's NOSCRIPT may have landed before the cache was
+    lost again (a replica promoted once more, a Cluster primary the load did
+    not reach): a NOSCRIPT again starts a load of this caller's own. Bounded.
+    """
+    shared = True
+    for _ in range(RELOADS):
         try:
-            return await send(
-                lambda pipe: pipe.execute_command(*command), written=written
-            )
+            return await call()
         except NoScriptError:
-            # The server lost its script cache: load it, and call it as before
-            # (through the pipeline, so that a write is still followed by WAIT).
-            await reload(self._script)
-            return await send(
-                lambda pipe: pipe.execute_command(*command), written=written
-            )
+            await reload(script, shared=shared)
+            shared = False
+    return await call()
 
 
-#: The reload under way of each script, which callers at the same time share.
-_RELOADING: "weakref.WeakKeyDictionary[AsyncScript, asyncio.Task[Any]]" = (
+#: The load under way of each script, which callers at the same time share: per
+#: event loop (a task left pending on a closed loop must block no later one).
+_Loads: TypeAlias = "weakref.WeakKeyDictionary[AsyncScript, asyncio.Task[Any]]"
+_RELOADING: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Loads]" = (
     weakref.WeakKeyDictionary()
 )
 
 
-async def reload(script: AsyncScript) -> None:
+async def reload(script: AsyncScript, *, shared: bool = True) -> None:
     """Load ``script`` again into a server that lost its script cache.
 
     Callers at the same time share one load: a fresh Cluster, or a replica just
     promoted (scripts are not replicated), answers every first call NOSCRIPT,
     and a load per caller, each to every primary on a connection of its own,
     ran past the client's connections per node (``MaxConnectionsError``).
+    ``shared=False``: a load of the caller's own (the shared one did not do).
     """
-    loading = _RELOADING.get(script)
+    if not shared:
+        await script.registered_client.script_load(script.script)
+        return
+    of_loop = _RELOADING.setdefault(
+        asyncio.get_running_loop(), weakref.WeakKeyDictionary()
+    )
+    loading = of_loop.get(script)
     if loading is None or loading.done():
         loading = asyncio.ensure_future(
             script.registered_client.script_load(script.script)
         )
-        _RELOADING[script] = loading
-        loading.add_done_callback(lambda done: _forget(script, done))
+        of_loop[script] = loading
+        loading.add_done_callback(lambda done: _forget(of_loop, script, done))
     await asyncio.shield(loading)  # a caller cancelled leaves it to the others
 
 
-def _forget(script: AsyncScript, done: "asyncio.Task[Any]") -> None:
-    if _RELOADING.get(script) is done:
-        del _RELOADING[script]
+def _forget(of_loop: _Loads, script: AsyncScript, done: "asyncio.Task[Any]") -> None:
+    if of_loop.get(script) is done:
+        del of_loop[script]
     if not done.cancelled():
         done.exception()  # heard by its callers: not "never retrieved"

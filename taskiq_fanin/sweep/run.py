@@ -70,6 +70,8 @@ async def _lock(ctx: FanInContext, lock_key: str, holder: str, lock_ms: int) -> 
     Through the shared pipeline: under replicated durability a lock the replicas
     missed is not taken (a failover would hand it to a second sweep): given
     back, best effort, and the error raised, as for any write not replicated.
+    Unless the lock is another sweep's (SET NX refused: nothing was written,
+    its replies hidden behind the WAIT's refusal): then this sweep is skipped.
     """
     try:
         taken = await ctx.scripts.send(
@@ -77,6 +79,10 @@ async def _lock(ctx: FanInContext, lock_key: str, holder: str, lock_ms: int) -> 
             written=lock_key,
         )
     except NotReplicatedError:
+        with contextlib.suppress(RedisError, OSError):
+            held = await ctx.redis.get(lock_key)
+            if held is not None and held not in (holder, holder.encode()):
+                return False  # another sweep's
         with contextlib.suppress(RedisError, OSError):
             await ctx.scripts.release_lock(lock_key, holder)
         raise

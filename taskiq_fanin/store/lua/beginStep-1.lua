@@ -4,7 +4,11 @@
   record (run_until, on Redis's clock) that its worker renews by asking again
   while the body runs; a copy redelivered after that worker died runs once the
   lease has run out, and a retry middleware's next attempt takes it over
-  (may_take_lease: the recorded attempt never goes down).
+  (may_take_lease: the recorded attempt never goes down). A copy of the
+  attempt that released its lease (releaseStep: it ended, its retry is on the
+  way), begun since (kicked again: a retried start, a group re-kicking its
+  chain member), is a run of its own: no later attempt takes its lease over
+  while it is held (run_released 'rebegun'), or both would run to their end.
 
   KEYS[1] record
 
@@ -21,7 +25,7 @@
   losing the work is worse than running it again.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'run_step',
-  'run_until', 'run_attempt', 'run_by')
+  'run_until', 'run_attempt', 'run_by', 'run_released')
 if not record[1] then
   return Begin.RUN
 end
@@ -33,10 +37,15 @@ local now = now_ms()
 local attempt = tonumber(ARGV[3])
 local at_step = record[4] == ARGV[2]  -- a copy of this step began: its lease
 local recorded = at_step and (tonumber(record[6]) or 0) or 0
+local released = at_step and record[8] or ''
+local takes_over = released == 'rebegun' and '0' or ARGV[6]
 if at_step and record[7] ~= ARGV[4] and not may_take_lease(attempt, recorded,
-    (tonumber(record[5]) or 0) > now, ARGV[6]) then
+    (tonumber(record[5]) or 0) > now, takes_over) then
   return Begin.RUNNING_ELSEWHERE
 end
+-- The same attempt again after its release: a run of its own.
+local again = released ~= '' and attempt == recorded
 redis.call('HSET', KEYS[1], 'run_step', ARGV[2], 'run_until', now + tonumber(ARGV[5]),
-  'run_attempt', math.max(attempt, recorded), 'run_by', ARGV[4])
+  'run_attempt', math.max(attempt, recorded), 'run_by', ARGV[4],
+  'run_released', again and 'rebegun' or '')
 return Begin.RUN
