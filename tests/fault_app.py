@@ -46,13 +46,13 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from redis.asyncio import BlockingConnectionPool, Redis
 from taskiq import AsyncBroker, TaskiqMessage, TaskiqMiddleware
 from taskiq_redis import ListQueueBroker, RedisStreamBroker
 
 from local_redis import DuplicatingMiddleware
 from taskiq_fanin import ChainFailure, FanInMiddleware, GroupResult
 from taskiq_fanin.model.labels import CONTINUATION_LABEL
+from tests.failover_tasks import CountDeliveries, Observer
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 OBS_URL = os.environ.get("OBS_URL", REDIS_URL)
@@ -75,32 +75,14 @@ GROUP_ON_ERROR_TASK = "fault_app.group_failed"
 MEMBER_TASK = "fault_app.member"
 
 
-def obs_key(name: str) -> str:
-    """A key on the observation server."""
-    return f"{PREFIX}:obs:{name}"
+observer = Observer(OBS_URL, PREFIX)
+#: A key on the observation server; this process's client of it.
+obs_key, obs = observer.key, observer.client
 
 
-_obs: Redis | None = None
-
-
-def obs() -> Redis:
-    """This process's client of the observation server (one pool for all tasks)."""
-    global _obs  # noqa: PLW0603 - one client per worker process, made on first use
-    if _obs is None:
-        _obs = Redis(connection_pool=BlockingConnectionPool.from_url(OBS_URL))
-    return _obs
-
-
-class Observe(TaskiqMiddleware):
+class Observe(CountDeliveries):
     """Counts every delivery that reaches a worker, by task name and by task id,
     and (for ``SLOW``) every delivery a worker is done with, run or skipped."""
-
-    async def pre_execute(self, message: TaskiqMessage) -> TaskiqMessage:
-        async with obs().pipeline(transaction=False) as pipe:
-            pipe.hincrby(obs_key("delivered"), message.task_name, 1)
-            pipe.hincrby(obs_key("delivered_ids"), message.task_id, 1)
-            await pipe.execute()
-        return message
 
     async def post_execute(self, message: TaskiqMessage, result: Any) -> None:
         if message.task_id == SLOW:
@@ -186,7 +168,7 @@ def _duplicated(message: TaskiqMessage) -> bool:
 
 
 broker.with_middlewares(
-    Observe(),
+    Observe(observer),
     KillSwitch(),
     DuplicatingMiddleware(_duplicated),
     FanInMiddleware(

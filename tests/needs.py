@@ -70,12 +70,14 @@ def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
 
 
 def _functions_of(obj: object) -> list[types.FunctionType]:
-    """The plain functions behind a function, a fixture or a class's methods."""
-    if isinstance(obj, type):
+    """The plain functions behind a function, a fixture or a class's methods
+    (with those it inherits from classes of ``tests.*``)."""
+    if isinstance(obj, type):  # its methods, and those it inherits from ours
         found = []
-        for member in vars(obj).values():
-            target = member.fget if isinstance(member, property) else member
-            found.extend(_functions_of(getattr(target, "__func__", target)))
+        for cls in (c for c in obj.__mro__ if c is obj or _ours(c)):
+            for member in vars(cls).values():
+                target = member.fget if isinstance(member, property) else member
+                found.extend(_functions_of(getattr(target, "__func__", target)))
         return found
     obj = inspect.unwrap(obj) if callable(obj) else obj
     return [obj] if isinstance(obj, types.FunctionType) else []

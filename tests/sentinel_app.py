@@ -1,73 +1,30 @@
 """A worker app for the Sentinel failover test, on taskiq-redis's
 ``RedisStreamSentinelBroker``, with the library on the same primary through its
-``redis+sentinel://`` URL.
+``redis+sentinel://`` URL; its tasks and middlewares are ``tests.failover_tasks``'s.
 
-Configured from the environment:
+Configured from the environment (and ``tests.failover_tasks``'s variables):
 
 - ``REDIS_URL``: the primary, as ``redis+sentinel://host:port,.../<name>/0``;
   the broker is given the same sentinels and master name.
 - ``OBS_URL``: a plain Redis that no fault touches, where the workers say what
   they did (``obs_key``), so that no count is lost with the primary.
 - ``APP_PREFIX``: the library's keys, the stream and the observation keys.
-- ``DEADLINE``, ``FINALISER_LEASE``, ``RETRY_FOR``, ``SOCKET_TIMEOUT``: the
-  middleware's options of those names (seconds).
-- ``DURABILITY``: the middleware's ``durability`` option, when set (issue 19's
-  ``"replicated"``; left out, the middleware's default).
-- ``MEMBER_SECONDS``, ``STEP_SECONDS``: how long a member, a chain step takes.
 """
 
-import asyncio
 import os
-from typing import Any
 
-from redis.asyncio import BlockingConnectionPool, Redis
-from taskiq import TaskiqMessage, TaskiqMiddleware
 from taskiq_redis import RedisStreamSentinelBroker
 
-from taskiq_fanin import FanInMiddleware, GroupResult
 from taskiq_fanin.store.sentinel import parse_sentinel_url
+from tests.failover_tasks import Observer, install
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis+sentinel://127.0.0.1:26379/fanin/0")
 OBS_URL = os.environ.get("OBS_URL", "redis://127.0.0.1:6380/0")
 PREFIX = os.environ.get("APP_PREFIX", "sentinel-app")
 STREAM = f"{PREFIX}:stream"
-MEMBER_SECONDS = float(os.environ.get("MEMBER_SECONDS", "0"))
-STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0"))
-MEMBER_TASK = "sentinel_app.member"
 
-
-def obs_key(name: str) -> str:
-    """A key on the observation server."""
-    return f"{PREFIX}:obs:{name}"
-
-
-_obs: Redis | None = None
-
-
-def obs() -> Redis:
-    """This process's client of the observation server."""
-    global _obs  # noqa: PLW0603 - one client per process, made on first use
-    if _obs is None:
-        _obs = Redis(connection_pool=BlockingConnectionPool.from_url(OBS_URL))
-    return _obs
-
-
-class Observe(TaskiqMiddleware):
-    """Counts every delivery by task name and by task id, and (after the
-    library's hook recorded it: hooks after ``pre_execute`` run in reverse
-    order) every member outcome recorded."""
-
-    async def pre_execute(self, message: TaskiqMessage) -> TaskiqMessage:
-        async with obs().pipeline(transaction=False) as pipe:
-            pipe.hincrby(obs_key("delivered"), message.task_name, 1)
-            pipe.hincrby(obs_key("delivered_ids"), message.task_id, 1)
-            await pipe.execute()
-        return message
-
-    async def post_execute(self, message: TaskiqMessage, result: Any) -> None:
-        if message.task_name == MEMBER_TASK:
-            await obs().sadd(obs_key("recorded"), message.task_id)
-
+observer = Observer(OBS_URL, PREFIX)
+obs_key, obs = observer.key, observer.client
 
 address = parse_sentinel_url(REDIS_URL)
 broker = RedisStreamSentinelBroker(
@@ -76,44 +33,5 @@ broker = RedisStreamSentinelBroker(
     queue_name=STREAM,
     xread_block=100,
 )
-_durability: dict[str, Any] = (
-    {"durability": os.environ["DURABILITY"]} if os.environ.get("DURABILITY") else {}
-)
-broker.with_middlewares(
-    Observe(),
-    FanInMiddleware(
-        REDIS_URL,
-        prefix=PREFIX,
-        finaliser_lease=float(os.environ.get("FINALISER_LEASE", "3")),
-        deadline=float(os.environ.get("DEADLINE", "3600")),
-        socket_timeout=float(os.environ.get("SOCKET_TIMEOUT", "2")),
-        retry_for=float(os.environ.get("RETRY_FOR", "30")),
-        **_durability,
-    ),
-)
-
-
-@broker.task(task_name=MEMBER_TASK)
-async def member(group_id: str, index: int) -> int:
-    """Take ``MEMBER_SECONDS``."""
-    if MEMBER_SECONDS:
-        await asyncio.sleep(MEMBER_SECONDS)
-    return index
-
-
-@broker.task(task_name="sentinel_app.publish")
-async def publish(result: GroupResult) -> None:
-    """The continuation: says it ran to its end, for which group, with how many."""
-    async with obs().pipeline(transaction=False) as pipe:
-        pipe.hincrby(obs_key("continuations"), result.group_id, 1)
-        pipe.hset(obs_key("succeeded"), result.group_id, result.done_count)
-        await pipe.execute()
-
-
-@broker.task(task_name="sentinel_app.step")
-async def step(previous: int, chain_id: str, index: int) -> int:
-    """A chain step: says it ran, and hands on one more than it got."""
-    if STEP_SECONDS:
-        await asyncio.sleep(STEP_SECONDS)
-    await obs().hincrby(obs_key("steps"), f"{chain_id}~{index}", 1)
-    return previous + 1
+tasks = install(broker, REDIS_URL, observer, app="sentinel_app")
+member, publish, step = tasks.member, tasks.publish, tasks.step

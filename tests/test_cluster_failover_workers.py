@@ -22,7 +22,7 @@ from the ledger past the groups' deadline, repairs both; it cannot tell a
 member lost from one only late (queued behind the ones whose writes were
 refused until the node rejoined), and re-drives both: a member runs at least
 once. Counts come from an observation server no fault touches, taken once
-nothing is left to run (``_drained``).
+nothing is left to run (``tests.failover_run.Run.drained``).
 
 After the promotion the killed node is restarted, as an operator would: it
 keeps its ports and its ``nodes.conf`` and rejoins as a replica of the node
@@ -39,90 +39,77 @@ the switch: not promised).
 
 import asyncio
 import dataclasses
-import importlib
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import redis
-from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException, RedisError
-from taskiq import TaskiqError
 
 from local_redis import CONSUMER_GROUP, RedisCluster, RedisServer, eventually
-from taskiq_fanin import Signature, chain, group, sweep
 from taskiq_fanin.api.broker import find_fanin
-from taskiq_fanin.inspection import group_status
-from taskiq_fanin.models import GroupState
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.sweeping import SweepAction, SweepReport
-from tests.fault_harness import summary
-from tests.harness import worker_process
+from tests.failover_run import (
+    GROUPS,
+    PACE,
+    RECOVERY,
+    RUN_LEASE,
+    Run,
+    check,
+    loaded,
+    print_summary,
+)
 from tests.test_cluster_failover import promoted, replica_of, replication_info
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 
-APP = "tests.cluster_failover_app:broker"
-GROUPS, MEMBERS, CHAINS, STEPS = 20, 100, 20, 3
-#: Members delivered before the primary is killed: the run is well under way.
-KILL_AFTER = 600
 #: Bytes of writes the primary takes while its replica is behind, before it
 #: is killed (an outcome recorded is a few hundred).
 BEHIND_BYTES = 5_000
-#: The run lease (finaliser_lease): longer than the failover takes.
-RUN_LEASE = 10
 #: A group's deadline (s), past which the sweep re-drives its members without
 #: an outcome: about when the run would end by itself, so that the repair
 #: comes soon and re-drives few members that were only late.
 DEADLINE = 8
-#: How long the repair (workers restarted, sweeps re-driving) may take.
-RECOVERY = 40.0
-#: A pending entry idle this long is held by a read that died with the
-#: primary: a live worker acknowledges a member or step within a second.
-DEAD_HOLD_MS = 3000
 
 
 @dataclasses.dataclass
-class Run:
-    """The setup, the app as the test process loads it, and its clients."""
+class ClusterRun(Run):
+    """A run on the test's own Cluster."""
 
     cluster: RedisCluster
     #: The primary to kill: the one holding most of the groups' slots.
     target: RedisServer
-    app: ModuleType
-    obs: Redis
-    prefix: str
-    env: dict[str, str]
-    logs: Path
 
-    def key(self, name: str) -> str:
-        return str(self.app.obs_key(name))
+    errors = (RedisError, RedisClusterException)
 
     @property
     def redis(self) -> Any:
         """The test process's cluster client (the library's)."""
         return find_fanin(self.app.broker).context.redis
 
-    async def counted(self, name: str) -> dict[str, int]:
-        found = await self.obs.hgetall(self.key(name))
-        return {str(k): int(v) for k, v in found.items()}
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Any]:
+        yield self.redis
 
-    async def delivered(self, task_name: str) -> int:
-        return int(await self.obs.hget(self.key("delivered"), task_name) or 0)
+    async def kept(self) -> set[str]:
+        """As ``Run.kept``, read again until the client has found the new
+        primary."""
+        found: set[str] = set()
 
-    @contextmanager
-    def worker(self, name: str) -> Iterator[None]:
-        with worker_process(
-            APP, self.env, max_async_tasks=20, log=self.logs / f"{name}.log"
-        ):
-            yield
+        async def done_reading() -> bool:
+            try:
+                found.update(await super(ClusterRun, self).kept())
+            except self.errors:
+                return False  # the client has not found the new primary yet
+            return True
+
+        await eventually(done_reading, timeout=RECOVERY, what="the outcomes kept")
+        return found
 
 
 def _primaries(cluster: RedisCluster) -> dict[int, RedisServer]:
@@ -155,7 +142,7 @@ def _layout(cluster: RedisCluster, prefix: str) -> tuple[RedisServer, str, str]:
 @asynccontextmanager
 async def cluster_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str
-) -> AsyncIterator[Run]:
+) -> AsyncIterator[ClusterRun]:
     with (
         RedisCluster(replicas=1, node_timeout_ms=1000) as cluster,
         RedisServer() as observer,
@@ -169,132 +156,30 @@ async def cluster_run(
             "APP_PREFIX": prefix,
             **env,
         }
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-        app = importlib.reload(importlib.import_module("tests.cluster_failover_app"))
-        obs = Redis.from_url(observer.url, decode_responses=True)
-        await app.broker.startup()  # the consumer group, before any kick
-        # Its kicks go several at once: set up its client first (its startup
-        # closes it; a fresh one fails some callers, test_cluster_workflows.py).
-        await app.broker.redis.initialize()
-        try:
-            yield Run(cluster, target, app, obs, prefix, env, tmp_path)
-        finally:
-            await app.broker.shutdown()
-            await obs.aclose()
-            await app.obs().aclose()
-
-
-async def _start(run: Run) -> None:
-    app = run.app
-    groups = [
-        group(
-            [Signature.of(app.member, f"g{g}", i) for i in range(MEMBERS)],
-            then=app.publish,
-            group_id=f"g{g}",
-        ).kiq(app.broker)
-        for g in range(GROUPS)
-    ]
-    chains = [
-        chain(
-            Signature.of(app.step, 0, f"c{c}", 0),
-            *(Signature.of(app.step, f"c{c}", n) for n in range(1, STEPS)),
-            chain_id=f"c{c}",
-        ).kiq(app.broker)
-        for c in range(CHAINS)
-    ]
-    await asyncio.gather(*groups, *chains)
-
-
-async def _finished(run: Run) -> bool:
-    ran = await run.counted("continuations")
-    steps = await run.counted("steps")
-    last = [steps.get(f"c{c}~{STEPS - 1}", 0) for c in range(CHAINS)]
-    return len(ran) == GROUPS and all(last)
-
-
-async def _drained(run: Run) -> bool:
-    """Nothing is left to run: every stream entry delivered, and every one still
-    pending held by a read that died with the primary (idle for long)."""
-    stream = run.app.STREAM
-    try:
-        groups = await run.redis.xinfo_groups(stream)
-        (found,) = [g for g in groups if g["name"] == CONSUMER_GROUP.encode()]
-        if found["lag"]:
-            return False
-        fresh = await run.redis.xpending_range(
-            stream, CONSUMER_GROUP, min="-", max="+", count=1
-        )
-        live = [e for e in fresh if e["time_since_delivered"] < DEAD_HOLD_MS]
-        return not live
-    except (RedisError, RedisClusterException, RuntimeError):
-        return False
-
-
-async def _kept(run: Run) -> set[str]:
-    """Member task ids whose outcome the Cluster holds now: those in an open
-    group's done set, and every member of a group past open (its outcomes were
-    all recorded; a finished group keeps no done set)."""
-    fanin = find_fanin(run.app.broker)
-
-    async def read() -> set[str]:
-        found: set[str] = set()
-        for g in range(GROUPS):
-            status = await group_status(fanin, f"g{g}")
-            if status.state is not GroupState.OPEN:
-                found |= {f"g{g}~{i}" for i in range(MEMBERS)}
-                continue
-            done = await run.redis.smembers(GroupKeys(run.prefix, f"g{g}").done)
-            found |= {f"g{g}~{int(i)}" for i in done}
-        return found
-
-    kept: set[str] = set()
-
-    async def done_reading() -> bool:
-        try:
-            kept.update(await read())
-        except (RedisError, RedisClusterException):
-            return False  # the client has not found the new primary yet
-        return True
-
-    await eventually(done_reading, timeout=RECOVERY, what="the outcomes kept")
-    return kept
-
-
-async def _sweeps(run: Run) -> list[SweepReport]:
-    """Sweep (re-driving) until every continuation and last step has run."""
-    reports: list[SweepReport] = []
-
-    async def swept() -> bool:
-        try:
-            reports.append(await sweep(run.app.broker, policy="redrive"))
-        except (RedisError, RedisClusterException, TaskiqError, OSError):
-            return False  # the Cluster is still switching
-        return await _finished(run)
-
-    await eventually(swept, timeout=RECOVERY, interval=1.0, what="the repair")
-    return reports
+        async with loaded("tests.cluster_failover_app", monkeypatch, env) as (
+            app,
+            obs,
+        ):
+            # Its kicks go several at once: set up its client first (its startup
+            # closes it; a fresh one fails some callers, test_cluster_workflows.py).
+            await app.broker.redis.initialize()
+            yield ClusterRun(app, obs, prefix, env, tmp_path, cluster, target)
 
 
 @pytest.mark.parametrize("durability", ["acknowledged", "replicated"])
 async def test_b_cluster_failover_mid_run_runs_every_continuation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
 ) -> None:
-    env: dict[str, Any] = {"MEMBER_SECONDS": "0.05", "STEP_SECONDS": "0.3"}
+    env: dict[str, Any] = dict(PACE)
     # Run leases outlast the switch: a continuation running through it keeps
     # its own.
     env |= {"DEADLINE": str(DEADLINE), "FINALISER_LEASE": str(RUN_LEASE)}
     if durability != "acknowledged":
         env["DURABILITY"] = durability
     async with cluster_run(tmp_path, monkeypatch, **env) as run:
-        member = run.app.member.task_name
         started = time.monotonic()
         with run.worker("a"), run.worker("b"):
-            await _start(run)
-            await eventually(
-                lambda: _delivered_at_least(run, member, KILL_AFTER),
-                what="the members to be under way",
-            )
+            await run.start()
             old = run.target
             replica = replica_of(run.cluster, old)
             await _fall_behind(old, replica)
@@ -302,68 +187,37 @@ async def test_b_cluster_failover_mid_run_runs_every_continuation(
             killed = time.monotonic() - started
             # Recorded before the kill; nothing can be recorded on the old
             # primary's slots until its replica is promoted.
-            recorded = set(await run.obs.smembers(run.key("recorded")))
+            were_recorded = await run.recorded()
             replica.resume()
             await promoted(replica)
             failover = time.monotonic() - started - killed
-            kept = await _kept(run)
+            were_kept = await run.kept()
             # The operator's repair: the dead node back, as the new one's replica.
             await asyncio.to_thread(old.restart, crash=True)
             await eventually(
                 lambda: _replicates(old), timeout=RECOVERY, what="the node to rejoin"
             )
             rejoined = time.monotonic() - started - killed
-            reports = await _sweeps(run)
-            await eventually(
-                lambda: _drained(run), timeout=RECOVERY, what="the stream to drain"
-            )
+            reports = await run.sweeps()
+            await run.drain()
             # Held for good by reads and acknowledgements that died.
             held = await run.redis.xpending(run.app.STREAM, CONSUMER_GROUP)
-            continuations = await run.counted("continuations")
-            steps = await run.counted("steps")
-            deliveries = await run.counted("delivered_ids")
-            delivered = await run.delivered(member)
-            succeeded = await run.counted("succeeded")
-        logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("*.log"))
+            counts = await run.seen()
+        counts.logs = run.read_logs()
 
-    lost = recorded - kept
-    members = {k: v for k, v in deliveries.items() if k.startswith("g")}
-    redriven = sum(
-        f.missing_count
-        for report in reports
-        for f in report.findings
-        if f.action is SweepAction.REDRIVE and f.applied
-    )
-    summary(
+    lost = were_recorded - were_kept
+    print_summary(
         f"cluster failover ({durability})",
-        members_delivered=delivered,
-        redelivered=sum(n - 1 for n in members.values() if n > 1),
-        redriven_by_sweep=redriven,
-        outcomes_lost=len(lost),
-        entries_held_dead=held["pending"],
-        continuations_run=sum(continuations.values()),
-        last_steps_run=sum(steps.get(f"c{c}~{STEPS - 1}", 0) for c in range(CHAINS)),
-        sweeps=len(reports),
-        hooks_retried=logs.count("Redis is away"),
-        killed_at_s=round(killed, 1),
-        failover_s=round(failover, 1),
-        rejoined_s=round(rejoined, 1),
-        seconds=round(time.monotonic() - started, 1),
+        counts,
+        reports,
+        lost,
+        held=held["pending"],
+        started=started,
+        killed=killed,
+        failover=failover,
+        rejoined=rejoined,
     )
-    last_steps = [steps.get(f"c{c}~{STEPS - 1}", 0) for c in range(CHAINS)]
-    if durability == "replicated":
-        # The promise: nothing recorded is lost, every body runs once.
-        assert lost == set()
-        assert continuations == {f"g{g}": 1 for g in range(GROUPS)}
-        assert last_steps == [1] * CHAINS
-    else:
-        # Without it a guard's write may vanish in the switch (guarantees.md:
-        # not promised): every group and chain ends, a double is reported.
-        assert set(continuations) == {f"g{g}" for g in range(GROUPS)}
-        assert all(last_steps), last_steps
-    # Every group's continuation saw all its members: what the switch lost was
-    # re-driven from the ledger and recorded.
-    assert succeeded == {f"g{g}": MEMBERS for g in range(GROUPS)}
+    check(durability, counts, lost)
 
 
 async def _fall_behind(primary: RedisServer, replica: RedisServer) -> None:
@@ -380,10 +234,6 @@ async def _fall_behind(primary: RedisServer, replica: RedisServer) -> None:
         return offset - start >= BEHIND_BYTES
 
     await eventually(ahead, timeout=RECOVERY, what="writes the replica lacks")
-
-
-async def _delivered_at_least(run: Run, task_name: str, least: int) -> bool:
-    return await run.delivered(task_name) >= least
 
 
 async def _replicates(node: RedisServer) -> bool:

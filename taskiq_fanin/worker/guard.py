@@ -8,6 +8,7 @@ while the group is not cancelled.
 
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from taskiq import TaskiqMessage
@@ -56,18 +57,10 @@ async def may_run(
     ``RUNNING_ELSEWHERE``: another copy holds the run lease; this one must stay
     unacknowledged, to come back should that copy's worker die.
     """
-    attempt = attempt_of(message.labels)
     leases: list[Renew] = []
     ref = ContinuationRef.from_labels(message.labels)
     if ref is not None:
-        continuation_lease: Renew = functools.partial(
-            continuation.begin,
-            ctx,
-            ref,
-            attempt=attempt,
-            delivery=delivery,
-            takes_over=takes_over(message.labels),
-        )
+        continuation_lease = _lease(continuation.begin, ctx, ref, message, delivery)
         begun = await continuation_lease()
         if begun is not Begin.RUN:
             logger.info("Group %s: continuation %s", ref.group_id, _said[begun])
@@ -75,14 +68,7 @@ async def may_run(
         leases.append(continuation_lease)
     failed_chain = OnErrorRef.from_labels(message.labels)
     if failed_chain is not None:
-        on_error_lease: Renew = functools.partial(
-            on_error.begin,
-            ctx,
-            failed_chain,
-            attempt=attempt,
-            delivery=delivery,
-            takes_over=takes_over(message.labels),
-        )
+        on_error_lease = _lease(on_error.begin, ctx, failed_chain, message, delivery)
         begun = await on_error_lease()
         if begun is not Begin.RUN:
             logger.info("Chain %s: on_error %s", failed_chain.chain_id, _said[begun])
@@ -90,14 +76,7 @@ async def may_run(
         leases.append(on_error_lease)
     cursor = ChainCursor.from_labels(message.labels)
     if cursor is not None:
-        step_lease: Renew = functools.partial(
-            record.begin_step,
-            ctx,
-            cursor,
-            attempt=attempt,
-            delivery=delivery,
-            takes_over=takes_over(message.labels),
-        )
+        step_lease = _lease(record.begin_step, ctx, cursor, message, delivery)
         begun = await step_lease()
         if begun is not Begin.RUN:
             logger.info(  # steps counted from 1, as people do
@@ -115,6 +94,27 @@ async def may_run(
             logger.info("Group %s: cancelled; member skipped", member.group_id)
             return Verdict(Begin.SKIP)
     return Verdict(Begin.RUN, leases)
+
+
+def _lease(
+    begin: Callable[..., Awaitable[Begin]],
+    ctx: FanInContext,
+    ref: object,
+    message: TaskiqMessage,
+    delivery: str,
+) -> Renew:
+    """A body's run lease: the same for every kind of body guarded.
+
+    Taken as the message's attempt, taking a held lease over as its labels say.
+    """
+    return functools.partial(
+        begin,
+        ctx,
+        ref,
+        attempt=attempt_of(message.labels),
+        delivery=delivery,
+        takes_over=takes_over(message.labels),
+    )
 
 
 #: How the log says what the guard found.
