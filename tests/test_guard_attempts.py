@@ -63,7 +63,8 @@ class Guard:
     ) -> Begin:
         raise NotImplementedError
 
-    async def release(self, attempt: int) -> bool:
+    async def release(self, attempt: int, delivery: str) -> bool:
+        """``delivery``'s release, as the attempt ``attempt`` that ended."""
         raise NotImplementedError
 
     async def lease_runs_out(self) -> None:
@@ -90,9 +91,9 @@ class StepGuard(Guard):
             lease_ms=LEASE_MS, takes_over=takes_over,
         )  # fmt: skip
 
-    async def release(self, attempt: int) -> bool:
+    async def release(self, attempt: int, delivery: str) -> bool:
         return await self.chains.release_step(
-            self.keys, token=TOKEN, step=0, attempt=attempt
+            self.keys, token=TOKEN, step=0, attempt=attempt, delivery=delivery
         )
 
     async def lease_runs_out(self) -> None:
@@ -126,9 +127,9 @@ class ContinuationGuard(Guard):
             lease_ms=LEASE_MS, takes_over=takes_over,
         )  # fmt: skip
 
-    async def release(self, attempt: int) -> bool:
+    async def release(self, attempt: int, delivery: str) -> bool:
         return await self.groups.release_continuation(
-            self.keys, token=TOKEN, attempt=attempt
+            self.keys, token=TOKEN, attempt=attempt, delivery=delivery
         )
 
     async def lease_runs_out(self) -> None:
@@ -159,10 +160,11 @@ class OnErrorGuard(Guard):
             lease_ms=LEASE_MS, takes_over=takes_over,
         )  # fmt: skip
 
-    async def release(self, attempt: int) -> bool:
+    async def release(self, attempt: int, delivery: str) -> bool:
         return await self.chains.release_on_error(
-            self.keys, token=TOKEN, attempt=attempt, span_ms=LEASE_MS
-        )
+            self.keys, token=TOKEN, attempt=attempt, delivery=delivery,
+            span_ms=LEASE_MS,
+        )  # fmt: skip
 
     async def lease_runs_out(self) -> None:
         await self.client.hset(self.keys.record, "on_error_until", 1)
@@ -188,7 +190,7 @@ async def test_a_copy_begun_after_its_attempt_released_is_not_taken_over(
     that failed, does not take that run's lease over; it runs once that lease
     is not held. Without a release, the next attempt takes the lease over."""
     assert await guard.begin(0, "a0") is Begin.RUN
-    assert await guard.release(0)
+    assert await guard.release(0, "a0")
     assert await guard.begin(0, "again") is Begin.RUN  # attempt 0 kicked again
     assert await guard.begin(1, "a1") is Begin.RUNNING_ELSEWHERE
     assert await guard.begin(0, "again") is Begin.RUN  # it renews its lease
@@ -206,10 +208,10 @@ async def test_the_copy_begun_again_that_fails_lets_the_next_attempt_run(
     """The copy begun after the release fails too and releases: the next
     attempt (its retry, or the first attempt's) runs, one copy of it."""
     assert await guard.begin(0, "a0") is Begin.RUN
-    assert await guard.release(0)
+    assert await guard.release(0, "a0")
     assert await guard.begin(0, "again") is Begin.RUN
     assert await guard.begin(1, "a1") is Begin.RUNNING_ELSEWHERE
-    assert await guard.release(0)  # the copy begun again released its lease
+    assert await guard.release(0, "again")  # the copy begun again released
     assert await guard.begin(1, "a1") is Begin.RUN
     assert await guard.begin(1, "a1-twin") is Begin.RUNNING_ELSEWHERE
     assert await guard.begin(0, "late") is Begin.RUNNING_ELSEWHERE  # never lower
@@ -222,12 +224,43 @@ async def test_a_copy_begun_again_after_a_release_is_one_the_sweep_s_copy_waits_
     lease over) waits for the copy begun again too; and once that copy's
     worker died, it runs, as a first copy of its attempt."""
     assert await guard.begin(0, "a0") is Begin.RUN
-    assert await guard.release(0)
+    assert await guard.release(0, "a0")
     assert await guard.begin(0, "again") is Begin.RUN
     assert await guard.begin(1, "sweep", takes_over=False) is (Begin.RUNNING_ELSEWHERE)
     await guard.lease_runs_out()
     assert await guard.begin(1, "sweep", takes_over=False) is Begin.RUN
     assert await guard.begin(1, "a1") is Begin.RUNNING_ELSEWHERE  # a0's retry
+
+
+async def test_a_release_applied_again_frees_no_copy_begun_since(
+    guard: Guard,
+) -> None:
+    """Attempt 0's release is applied but its reply lost (a timeout, a reset
+    connection, too few replicas), so its worker applies it again, after a
+    copy of attempt 0 kicked again has begun: that copy's lease stays held,
+    and the retry (attempt 1) waits for it rather than run beside it."""
+    assert await guard.begin(0, "D") is Begin.RUN
+    assert await guard.release(0, "D")  # applied; the reply lost
+    assert await guard.begin(0, "B") is Begin.RUN  # attempt 0 kicked again
+    assert not await guard.release(0, "D")  # applied again: nothing released
+    assert await guard.begin(1, "R") is Begin.RUNNING_ELSEWHERE
+    assert await guard.begin(0, "B") is Begin.RUN  # B still holds its lease
+    assert not await guard.release(0, "D")
+    assert await guard.release(0, "B")  # B fails in turn: its own release
+    assert await guard.begin(1, "R") is Begin.RUN
+
+
+async def test_a_renewal_landing_after_its_release_takes_nothing(
+    guard: Guard,
+) -> None:
+    """The renewer's last ask was on its way when the attempt released: it
+    lands after, takes no lease (the delivery is over), and the retry runs."""
+    assert await guard.begin(0, "D") is Begin.RUN
+    assert await guard.release(0, "D")
+    assert await guard.begin(0, "D") is Begin.RUNNING_ELSEWHERE  # the late renewal
+    assert await guard.begin(1, "R") is Begin.RUN
+    assert await guard.begin(1, "R") is Begin.RUN  # R renews
+    assert await guard.begin(1, "R-copy") is Begin.RUNNING_ELSEWHERE
 
 
 # -- random interleavings --------------------------------------------------------
@@ -340,9 +373,29 @@ class ThreeGuards(RuleBasedStateMachine):
     @rule(data=st.data())
     def a_failed_copy_releases(self, data: st.DataObject) -> None:
         failed = sorted(d for d, b in self.bodies.items() if b.state == "failed")
-        body = self.bodies[data.draw(st.sampled_from(failed))]
-        self.run(lambda guard: guard.release(body.attempt))
+        delivery = data.draw(st.sampled_from(failed))
+        body = self.bodies[delivery]
+        self.run(lambda guard: guard.release(body.attempt, delivery))
         body.state = "released"
+
+    @precondition(lambda self: self._any_is("released"))
+    @rule(data=st.data())
+    def a_release_is_applied_again(self, data: st.DataObject) -> None:
+        """Its reply was lost (a timeout, a reset connection, too few
+        replicas): the worker applies it again, whatever began since."""
+        released = sorted(d for d, b in self.bodies.items() if b.state == "released")
+        delivery = data.draw(st.sampled_from(released))
+        attempt = self.bodies[delivery].attempt
+        assert not self.run(lambda guard: guard.release(attempt, delivery))
+
+    @precondition(lambda self: self._any_is("released"))
+    @rule(data=st.data())
+    def a_renewal_lands_after_its_release(self, data: st.DataObject) -> None:
+        released = sorted(d for d, b in self.bodies.items() if b.state == "released")
+        delivery = data.draw(st.sampled_from(released))
+        attempt = self.bodies[delivery].attempt
+        begun = self.run(lambda guard: guard.begin(attempt, delivery))
+        assert begun is not Begin.RUN
 
     @precondition(lambda self: self._holder_is("running"))
     @rule()
@@ -356,6 +409,9 @@ class ThreeGuards(RuleBasedStateMachine):
         kind = (self.recorded + 1, False)
         if kind not in self.kinds:
             self.kinds.append(kind)
+
+    def _any_is(self, state: str) -> bool:
+        return any(b.state == state for b in self.bodies.values())
 
     def _holder_is(self, *states: str) -> bool:
         body = self.bodies.get(self.holder)

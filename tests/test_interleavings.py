@@ -298,7 +298,7 @@ class GroupLife(Scripted):
     @precondition(lambda self: self.run_lease is not None)
     @rule(succeeded=st.booleans())
     def continuation_ends(self, succeeded: bool) -> None:
-        _, attempt = self.run_lease or ("", 0)
+        held_by, attempt = self.run_lease or ("", 0)
         if succeeded:
             self.completed += self.run(
                 self.scripts.mark_completed(self.keys, token="tok", tombstone_ms=60_000)
@@ -306,7 +306,7 @@ class GroupLife(Scripted):
         else:
             self.run(
                 self.scripts.release_continuation(
-                    self.keys, token="tok", attempt=attempt
+                    self.keys, token="tok", attempt=attempt, delivery=held_by
                 )
             )
         self.run_lease = None

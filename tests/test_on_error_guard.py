@@ -277,7 +277,11 @@ async def test_a_late_copy_never_takes_the_lease_over_from_the_sweeps_copy(
             assert await begin(f"a{attempt}", attempt) is Begin.RUN
             if attempt != played[-1]:
                 assert await scripts.release_on_error(
-                    keys, token=token, attempt=attempt, span_ms=60_000
+                    keys,
+                    token=token,
+                    attempt=attempt,
+                    delivery=f"a{attempt}",
+                    span_ms=60_000,
                 )
         await redis.hset(keys.record, "on_error_until", 1)  # its worker died
         await redis.zadd(chain_index_key(key_prefix), {"late": 0})
@@ -366,7 +370,7 @@ async def test_a_released_on_error_whose_retry_is_lost_is_kicked_as_the_next_att
         keys, token = await chains.failed_by_hand(fanin, "rel")
         began = await _beginner(scripts, keys, token)("a0", 0)
         assert await scripts.release_on_error(
-            keys, token=token, attempt=0, span_ms=60_000
+            keys, token=token, attempt=0, delivery="a0", span_ms=60_000
         )
         reported = await _sweep_until_lost(fanin, policy=None)
         again = await _sweep_until_lost(fanin, policy="redrive")
@@ -611,11 +615,13 @@ async def test_a_failed_attempt_of_on_error_lets_its_retry_run(
     assert await begin("a0-copy", 0) is Begin.RUNNING_ELSEWHERE
     # Attempt 0's worker releases late: the retry's lease stays.
     assert not await scripts.release_on_error(
-        keys, token="tok", attempt=0, span_ms=60_000
+        keys, token="tok", attempt=0, delivery="a0", span_ms=60_000
     )
     assert (await _state(client, keys)).on_error_until > 0
     # Attempt 1 fails too and releases: a copy of it may run, the state stays.
-    assert await scripts.release_on_error(keys, token="tok", attempt=1, span_ms=60_000)
+    assert await scripts.release_on_error(
+        keys, token="tok", attempt=1, delivery="a1", span_ms=60_000
+    )
     found = await _state(client, keys)
     assert (found.on_error_state, found.on_error_until) == ("running", 0)
     assert await begin("a1-copy", 1) is Begin.RUN

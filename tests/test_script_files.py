@@ -226,7 +226,7 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     await groups.begin_continuation(
         group, token=token, attempt=0, delivery="d", lease_ms=1_000
     )
-    await groups.release_continuation(group, token=token, attempt=0)
+    await groups.release_continuation(group, token=token, attempt=0, delivery="d")
     await groups.mark_completed(group, token=token, tombstone_ms=1_000)
     await groups.cancel_group(group, tombstone_ms=1_000)
     await groups.schedule(index, "g", after_ms=0, mode="set")
@@ -244,7 +244,7 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     )
     step = {"token": token, "step": 0}
     await chains.begin_step(chain, **step, attempt=0, delivery="d", lease_ms=1_000)
-    await chains.release_step(chain, **step, attempt=0)
+    await chains.release_step(chain, **step, attempt=0, delivery="d")
     await chains.advance(
         chain, **step, compensation="", ttl_ms=60_000, pending="", delivery="d"
     )
@@ -256,7 +256,9 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     await chains.begin_on_error(
         chain, token=token, attempt=0, delivery="d", lease_ms=1_000
     )
-    await chains.release_on_error(chain, token=token, attempt=0, span_ms=1_000)
+    await chains.release_on_error(
+        chain, token=token, attempt=0, delivery="d", span_ms=1_000
+    )
     await chains.redrive_on_error(chain, token=token, max_redrives=1, span_ms=1_000)
     await chains.complete_on_error(chain, token=token)
     await chains.mark_settled(chain, token=token)

@@ -481,9 +481,13 @@ async def test_a_retry_takes_the_run_lease_over_from_the_attempt_that_failed(
         Begin.RUNNING_ELSEWHERE
     )
     # Attempt 0's worker now releases: the retry's lease stays.
-    assert not await scripts.release_continuation(keys, token=TOKEN, attempt=0)
+    assert not await scripts.release_continuation(
+        keys, token=TOKEN, attempt=0, delivery="c1"
+    )
     assert await client.hget(keys.meta, "run_until") != b"0"
-    assert await scripts.release_continuation(keys, token=TOKEN, attempt=1)
+    assert await scripts.release_continuation(
+        keys, token=TOKEN, attempt=1, delivery="c2"
+    )
     # The lease is released; the state does not move back.
     assert await client.hget(keys.meta, "state") == b"running"
     assert await client.hget(keys.meta, "run_until") == b"0"
@@ -658,7 +662,9 @@ async def test_a_step_copy_begun_after_its_attempt_released_is_not_taken_over(
         )  # fmt: skip
 
     assert await begin(0, "a0") is Begin.RUN
-    assert await chains.release_step(keys, token=TOKEN, step=0, attempt=0)
+    assert await chains.release_step(
+        keys, token=TOKEN, step=0, attempt=0, delivery="a0"
+    )
     assert await begin(0, "again") is Begin.RUN  # attempt 0 kicked again
     assert await begin(1, "a1") is Begin.RUNNING_ELSEWHERE
     assert await begin(0, "again") is Begin.RUN  # it renews its lease

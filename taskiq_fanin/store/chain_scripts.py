@@ -191,10 +191,14 @@ class ChainScripts:
         return Begin(await self._call_record("beginStep", keys, args))
 
     async def release_step(
-        self, keys: ChainKeys, *, token: str, step: int, attempt: int
+        self, keys: ChainKeys, *, token: str, step: int, attempt: int, delivery: str
     ) -> bool:
-        """Give up a step attempt's run lease so that its retry may run."""
-        args: Args = [token, step, attempt]
+        """Give up a step attempt's run lease so that its retry may run.
+
+        Only ``delivery``'s (the one that began it): a release applied again
+        frees no copy begun since.
+        """
+        args: Args = [token, step, attempt, delivery]
         reply = await self._call_record("releaseStep", keys, args)
         return Applied(reply) is Applied.APPLIED
 
@@ -218,13 +222,14 @@ class ChainScripts:
         return Begin(await self._call_record("beginOnError", keys, args))
 
     async def release_on_error(
-        self, keys: ChainKeys, *, token: str, attempt: int, span_ms: int
+        self, keys: ChainKeys, *, token: str, attempt: int, delivery: str, span_ms: int
     ) -> bool:
         """Give up an error continuation attempt's run lease: its retry may run.
 
-        Its retry is due to begin within the record's step span (else ``span_ms``).
+        Only ``delivery``'s (the one that began it). Its retry is due to begin
+        within the record's step span (else ``span_ms``).
         """
-        args: Args = [token, attempt, span_ms]
+        args: Args = [token, attempt, span_ms, delivery]
         reply = await self._call_record("releaseOnError", keys, args)
         return Applied(reply) is Applied.APPLIED
 

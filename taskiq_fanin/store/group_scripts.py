@@ -273,10 +273,15 @@ class GroupScripts:
         return Applied(reply) is Applied.APPLIED
 
     async def release_continuation(
-        self, keys: GroupKeys, *, token: str, attempt: int
+        self, keys: GroupKeys, *, token: str, attempt: int, delivery: str
     ) -> bool:
-        """Give up an attempt's run lease so that its retry may run."""
-        return await self._applied("releaseContinuation", [keys.meta], [token, attempt])
+        """Give up an attempt's run lease so that its retry may run.
+
+        Only ``delivery``'s (the one that began it): a release applied again
+        frees no copy begun since.
+        """
+        args = [token, attempt, delivery]
+        return await self._applied("releaseContinuation", [keys.meta], args)
 
     async def schedule(
         self, index: str, item: str, *, after_ms: int, mode: str, now: bool = False
