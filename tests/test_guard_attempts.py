@@ -377,6 +377,12 @@ class ThreeGuards(RuleBasedStateMachine):
         body = self.bodies[delivery]
         self.run(lambda guard: guard.release(body.attempt, delivery))
         body.state = "released"
+        if delivery == self.holder and data.draw(st.booleans()):
+            # Its renewer's last ask, on its way as it released, lands after
+            # (one landing after a copy began and released in turn is a
+            # fresh copy to the guard: guarantees.md's not promised).
+            begun = self.run(lambda guard: guard.begin(body.attempt, delivery))
+            assert begun is Begin.RUNNING_ELSEWHERE
 
     @precondition(lambda self: self._any_is("released"))
     @rule(data=st.data())
@@ -387,15 +393,6 @@ class ThreeGuards(RuleBasedStateMachine):
         delivery = data.draw(st.sampled_from(released))
         attempt = self.bodies[delivery].attempt
         assert not self.run(lambda guard: guard.release(attempt, delivery))
-
-    @precondition(lambda self: self._any_is("released"))
-    @rule(data=st.data())
-    def a_renewal_lands_after_its_release(self, data: st.DataObject) -> None:
-        released = sorted(d for d, b in self.bodies.items() if b.state == "released")
-        delivery = data.draw(st.sampled_from(released))
-        attempt = self.bodies[delivery].attempt
-        begun = self.run(lambda guard: guard.begin(attempt, delivery))
-        assert begun is not Begin.RUN
 
     @precondition(lambda self: self._holder_is("running"))
     @rule()
@@ -445,7 +442,7 @@ def test_the_three_guards_agree_and_run_one_body_at_a_time(
         ThreeGuards,
         settings=settings(
             max_examples=examples,
-            stateful_step_count=30,
+            stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
         ),

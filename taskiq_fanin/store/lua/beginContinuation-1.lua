@@ -14,7 +14,8 @@
   its retry is on the way), begun since (a redelivery, a duplicate kick), is a
   run of its own: no later attempt takes its lease over while it is held
   (run_released REBEGUN: lease_mark), or both would run to their end; as a
-  chain step's and an on_error's guards do.
+  chain step's and an on_error's guards do. The delivery that released never
+  takes the lease again (released_by: its renewal landing late).
 
   KEYS[1] meta
 
@@ -40,6 +41,9 @@ if state == 'running' then
   local attempt = tonumber(ARGV[2])
   local recorded = tonumber(meta[4]) or 0
   local mark = meta[6] or ''
+  if released_by(meta[5], ARGV[3], mark) then
+    return Begin.RUNNING_ELSEWHERE  -- its renewal, landing after its release
+  end
   if meta[5] ~= ARGV[3]
       and not may_take_lease(attempt, recorded, (tonumber(meta[3]) or 0) > now,
         ARGV[5], mark) then

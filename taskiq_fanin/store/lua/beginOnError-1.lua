@@ -13,7 +13,8 @@
   the way), begun since (a redelivery, a duplicate kick), is a run of its
   own: no later attempt takes its lease over while it is held
   (on_error_released REBEGUN: lease_mark), or both would run to their end; as
-  a continuation's and a chain step's guards do.
+  a continuation's and a chain step's guards do. The delivery that released
+  never takes the lease again (released_by: its renewal landing late).
 
   KEYS[1] record    the failed chain's
 
@@ -41,6 +42,9 @@ local now = now_ms()
 local attempt = tonumber(ARGV[2])
 local recorded = tonumber(record[4]) or 0
 local mark = record[6] or ''
+if state == 'running' and released_by(record[5], ARGV[3], mark) then
+  return Begin.RUNNING_ELSEWHERE  -- its renewal, landing after its release
+end
 if state == 'running' and record[5] ~= ARGV[3] then
   if not may_take_lease(attempt, recorded, (tonumber(record[3]) or 0) > now,
       ARGV[5], mark) then

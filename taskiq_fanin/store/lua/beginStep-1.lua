@@ -9,7 +9,9 @@
   way), begun since (kicked again: a retried start, a group re-kicking its
   chain member), is a run of its own: no later attempt takes its lease over
   while it is held (run_released REBEGUN: lease_mark), or both would run to
-  their end. The continuation's and on_error's guards apply the same rule.
+  their end. The delivery that released never takes the lease again
+  (released_by: its renewal landing late). The continuation's and on_error's
+  guards apply the same rule.
 
   KEYS[1] record
 
@@ -39,6 +41,9 @@ local attempt = tonumber(ARGV[3])
 local at_step = record[4] == ARGV[2]  -- a copy of this step began: its lease
 local recorded = at_step and (tonumber(record[6]) or 0) or 0
 local mark = at_step and record[8] or ''
+if at_step and released_by(record[7], ARGV[4], mark) then
+  return Begin.RUNNING_ELSEWHERE  -- its renewal, landing after its release
+end
 if at_step and record[7] ~= ARGV[4] and not may_take_lease(attempt, recorded,
     (tonumber(record[5]) or 0) > now, ARGV[6], mark) then
   return Begin.RUNNING_ELSEWHERE

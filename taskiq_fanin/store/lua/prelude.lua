@@ -49,6 +49,23 @@ local function may_take_lease(attempt, recorded, held, takes_over, mark)
     or (attempt == recorded + 1 and takes_over ~= '0' and mark ~= REBEGUN)
 end
 
+-- Whether the delivery asking is the one whose attempt released the lease
+-- (`by` its holder, `mark` its mark): its renewal landing after its release.
+-- A delivery that released never runs nor renews again; its retry (or a copy
+-- kicked again) may take the lease.
+local function released_by(by, delivery, mark)
+  return by == delivery and mark == RELEASED
+end
+
+-- Whether the holder `by` of a lease marked `mark` may release it as the
+-- delivery `delivery` of the attempt `attempt` (`recorded` the lease's): only
+-- the delivery that holds it, once. A release applied again (its reply lost)
+-- frees no copy begun since, nor counts again.
+local function may_release(by, delivery, recorded, attempt, mark)
+  return by == delivery and (tonumber(recorded) or 0) == tonumber(attempt)
+    and mark ~= RELEASED
+end
+
 -- The mark a copy of `attempt` leaves as it takes (or renews) a lease marked
 -- `mark` whose holder recorded `recorded`: the released attempt again, or a
 -- copy begun again renewing, is REBEGUN; a later attempt's first copy, ''.

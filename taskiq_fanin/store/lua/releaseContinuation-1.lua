@@ -10,13 +10,17 @@
 
   ARGV[1] token
   ARGV[2] attempt   the attempt that ended
+  ARGV[3] delivery  the delivery of it that began (and holds the lease)
 
   Returns Applied.APPLIED when released, Applied.UNCHANGED when the group is
-  missing, not this token's, not running, or running a later attempt.
+  missing, not this token's, not running, running a later attempt, or its
+  lease held by another delivery or released already (may_release: a release
+  applied again, its reply lost, frees no copy begun since).
 ]]
-local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'run_attempt')
+local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'run_attempt',
+  'run_by', 'run_released')
 if meta[1] ~= ARGV[1] or meta[2] ~= 'running'
-    or (tonumber(meta[3]) or 0) ~= tonumber(ARGV[2]) then
+    or not may_release(meta[4], ARGV[3], meta[3], ARGV[2], meta[5]) then
   return Applied.UNCHANGED
 end
 redis.call('HSET', KEYS[1], 'run_until', 0, 'run_released', RELEASED)

@@ -12,15 +12,17 @@
   ARGV[1] token
   ARGV[2] attempt   the attempt that ended
   ARGV[3] span      ms: a step's span, when the record keeps none
+  ARGV[4] delivery  the delivery of it that began (and holds the lease)
 
   Returns Applied.APPLIED when released, Applied.UNCHANGED when the chain is
-  missing, not this token's, its error continuation not running, or running a
-  later attempt.
+  missing, not this token's, its error continuation not running, running a
+  later attempt, or its lease another delivery's or released already
+  (may_release: a release applied again frees no copy begun since).
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'on_error_state',
-  'on_error_attempt', 'span')
+  'on_error_attempt', 'span', 'on_error_by', 'on_error_released')
 if record[1] ~= ARGV[1] or record[2] ~= 'running'
-    or (tonumber(record[3]) or 0) ~= tonumber(ARGV[2]) then
+    or not may_release(record[5], ARGV[4], record[3], ARGV[2], record[6]) then
   return Applied.UNCHANGED
 end
 local span = tonumber(record[4]) or tonumber(ARGV[3])
