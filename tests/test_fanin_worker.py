@@ -6,6 +6,7 @@ import asyncio
 import logging
 import random
 from collections import defaultdict
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -420,3 +421,54 @@ async def test_a_continuation_that_fails_once_runs_again_on_its_retry(
 async def _completed(handle: object) -> bool:
     status = await handle.status()  # type: ignore[attr-defined]
     return status.state.value == "completed"
+
+
+async def test_a_continuation_s_failed_attempt_releases_as_the_delivery_it_began_as(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release of an attempt to be retried names the delivery its guard
+    began it as (not the recording's own): only that delivery's lease is
+    released, so a release applied again frees no copy begun since."""
+    broker, fanin = stream_broker(
+        redis_url, key_prefix, SimpleRetryMiddleware(default_retry_count=3)
+    )
+    attempts: list[int] = []
+    began: list[tuple[int, str]] = []
+    released: list[tuple[int, str]] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task(retry_on_error=True)
+    async def then(result: GroupResult) -> None:
+        attempts.append(result.total)
+        if len(attempts) == 1:
+            raise ConnectionError("transient")
+
+    async with worker(broker, max_async_tasks=5) as receiver:
+        scripts = fanin.context.scripts
+        real_begin, real_release = (
+            scripts.begin_continuation,
+            scripts.release_continuation,
+        )
+
+        async def begin(*args: Any, **kwargs: Any) -> Any:
+            began.append((kwargs["attempt"], kwargs["delivery"]))
+            return await real_begin(*args, **kwargs)
+
+        async def release(*args: Any, **kwargs: Any) -> Any:
+            released.append((kwargs["attempt"], kwargs.get("delivery", "")))
+            return await real_release(*args, **kwargs)
+
+        monkeypatch.setattr(scripts, "begin_continuation", begin)
+        monkeypatch.setattr(scripts, "release_continuation", release)
+        handle = await group([Signature.of(member, 0)], then=then).kiq(broker)
+        await eventually(lambda: len(attempts) == 2, what="the retry to run")
+        await eventually(lambda: _completed(handle), what="the group to complete")
+        await eventually(lambda: bool(released), what="attempt 0's release")
+        await drained(broker, receiver)
+
+    first = next(delivery for attempt, delivery in began if attempt == 0)
+    assert released == [(0, first)]
+    assert attempts == [1, 1]
