@@ -124,9 +124,12 @@ async def begin(
     )
 
 
-async def release(ctx: FanInContext, ref: OnErrorRef, *, attempt: int) -> None:
+async def release(
+    ctx: FanInContext, ref: OnErrorRef, *, attempt: int, delivery: str
+) -> None:
     """An attempt ended with a retry to come: let the retry run.
 
+    ``delivery``: the one the guard began it as; only its lease is released.
     The retry is due to begin within the chain's step span: past it, the sweep
     counts it lost (``sweep/on_error.py``).
     """
@@ -134,6 +137,7 @@ async def release(ctx: FanInContext, ref: OnErrorRef, *, attempt: int) -> None:
         record.keys_of(ctx, ref.chain_id),
         token=ref.token,
         attempt=attempt,
+        delivery=delivery,
         span_ms=ms(ctx.config.deadline),
     )
 

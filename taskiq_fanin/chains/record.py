@@ -166,8 +166,14 @@ async def begin_step(
     )
 
 
-async def release_step(ctx: FanInContext, cursor: ChainCursor, *, attempt: int) -> None:
-    """A step's attempt ended with a retry to come: let the retry run."""
+async def release_step(
+    ctx: FanInContext, cursor: ChainCursor, *, attempt: int, delivery: str
+) -> None:
+    """A step's attempt ended with a retry to come: let the retry run.
+
+    ``delivery``: the one the guard began it as; only its lease is released.
+    """
     await ctx.chain_scripts.release_step(
-        keys_of(ctx, cursor.id), token=cursor.token, step=cursor.index, attempt=attempt
-    )
+        keys_of(ctx, cursor.id), token=cursor.token, step=cursor.index,
+        attempt=attempt, delivery=delivery,
+    )  # fmt: skip

@@ -54,10 +54,17 @@ async def complete(ctx: FanInContext, ref: ContinuationRef) -> None:
     )
 
 
-async def release(ctx: FanInContext, ref: ContinuationRef, *, attempt: int) -> None:
-    """An attempt of the continuation ended without completing it: let a retry run."""
+async def release(
+    ctx: FanInContext, ref: ContinuationRef, *, attempt: int, delivery: str
+) -> None:
+    """An attempt of the continuation ended without completing it: let a retry run.
+
+    ``delivery``: the one the guard began it as; only its lease is released.
+    """
     keys = GroupKeys(ctx.config.prefix, ref.group_id)
-    await ctx.scripts.release_continuation(keys, token=ref.token, attempt=attempt)
+    await ctx.scripts.release_continuation(
+        keys, token=ref.token, attempt=attempt, delivery=delivery
+    )
 
 
 async def complete_unrun(ctx: FanInContext, group_id: str) -> None:

@@ -275,11 +275,7 @@ class GroupScripts:
     async def release_continuation(
         self, keys: GroupKeys, *, token: str, attempt: int, delivery: str
     ) -> bool:
-        """Give up an attempt's run lease so that its retry may run.
-
-        Only ``delivery``'s (the one that began it): a release applied again
-        frees no copy begun since.
-        """
+        """Give up ``delivery``'s lease (the attempt's) so that its retry may run."""
         args = [token, attempt, delivery]
         return await self._applied("releaseContinuation", [keys.meta], args)
 

@@ -10,6 +10,7 @@ second copy: the renewal goes on trying, and says so.
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from redis.exceptions import RedisError
 from taskiq import TaskiqMessage
@@ -22,28 +23,55 @@ logger = logging.getLogger("taskiq_fanin")
 Renew = Callable[[], Awaitable[Begin]]
 
 
+class Held(NamedTuple):
+    """What a body's leases were taken as: released as the same, once it ends.
+
+    The attempt is read before the body runs: a retry middleware raises the
+    message's retry count in its own hook, before the body's end is recorded.
+    """
+
+    delivery: str
+    attempt: int
+
+
 class RunLeases:
     """The renewals of the leases held by bodies running in this worker."""
 
     def __init__(self) -> None:
-        self._renewals: dict[int, asyncio.Task[None]] = {}
+        #: Each body's renewal, and what its guard began it as.
+        self._renewals: dict[int, tuple[asyncio.Task[None], Held]] = {}
 
     def keep(
-        self, message: TaskiqMessage, renewals: list[Renew], *, every: float
+        self,
+        message: TaskiqMessage,
+        renewals: list[Renew],
+        *,
+        every: float,
+        held: Held,
     ) -> None:
-        """Renew ``renewals`` every ``every`` seconds while ``message`` runs here."""
+        """Renew ``renewals`` every ``every`` seconds while ``message`` runs here.
+
+        ``held``: the guard's delivery and attempt, kept for the release (an
+        attempt to be retried releases only the leases it holds as them).
+        """
         self.end(message)
         running = asyncio.current_task()  # the task that runs the body next
         task = asyncio.get_running_loop().create_task(
             self._renew(message, renewals, every, running)
         )
-        self._renewals[id(message)] = task
+        self._renewals[id(message)] = (task, held)
 
-    def end(self, message: TaskiqMessage) -> None:
-        """``message``'s body is over: its leases need no renewing."""
-        task = self._renewals.pop(id(message), None)
-        if task is not None:
-            task.cancel()
+    def end(self, message: TaskiqMessage) -> Held | None:
+        """``message``'s body is over: its leases need no renewing.
+
+        Returns what its guard began it as (``None``: it held no lease).
+        """
+        kept = self._renewals.pop(id(message), None)
+        if kept is None:
+            return None
+        task, held = kept
+        task.cancel()
+        return held
 
     async def _renew(
         self,

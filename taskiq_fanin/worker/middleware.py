@@ -23,13 +23,14 @@ from taskiq_fanin.model.errors import (
     MiddlewareNotFoundError,
     RunningElsewhereError,
 )
+from taskiq_fanin.model.labels import attempt_of
 from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
 from taskiq_fanin.store.client import RedisClient, connect, set_up
 from taskiq_fanin.store.outcome_batching import OutcomeBatching
 from taskiq_fanin.store.replies import Begin
 from taskiq_fanin.store.result_pages import ResultPageReader
 from taskiq_fanin.worker import ending, guard, skipping
-from taskiq_fanin.worker.leases import RunLeases
+from taskiq_fanin.worker.leases import Held, RunLeases
 from taskiq_fanin.worker.recording import Recording
 from taskiq_fanin.worker.retrying import retrying
 from taskiq_fanin.worker.running import RunningMembers
@@ -242,7 +243,9 @@ class FanInMiddleware(TaskiqMiddleware):
         if verdict.begun is Begin.SKIP:
             skipping.skip_current_message(self.broker, message)
         elif verdict.leases:
-            self._leases.keep(message, verdict.leases, every=ctx.config.lease / 3)
+            held = Held(delivery, attempt_of(message.labels))
+            every = ctx.config.lease / 3
+            self._leases.keep(message, verdict.leases, every=every, held=held)
         return message
 
     def on_error(
@@ -272,7 +275,7 @@ class FanInMiddleware(TaskiqMiddleware):
         leave_run()
         skipped = skipping.reset_skip()
         raised = ending.take_raised()
-        self._leases.end(message)
+        began_as = self._leases.end(message)  # what the guard began it as
         ctx, running = self._context, self._running
         if ctx is None or running is None:
             return
@@ -280,7 +283,9 @@ class FanInMiddleware(TaskiqMiddleware):
         if member is None and not Recording.applies(message.labels):
             return  # a plain task: nothing to record
         ended, counted = ending.ended(message, result, skipped=skipped, raised=raised)
-        recording = Recording(ctx, message, counted, member, ending=ended)
+        recording = Recording(
+            ctx, message, counted, member, ending=ended, began_as=began_as
+        )
         try:
             await retrying(
                 recording.run,

@@ -21,9 +21,9 @@ from taskiq_fanin.model.labels import (
     ContinuationRef,
     MemberRef,
     OnErrorRef,
-    attempt_of,
 )
 from taskiq_fanin.worker.ending import Ending
+from taskiq_fanin.worker.leases import Held
 
 
 class Recording:
@@ -41,6 +41,7 @@ class Recording:
         member: MemberRef | None,
         *,
         ending: Ending,
+        began_as: Held | None = None,
     ) -> None:
         self.ctx, self.message, self.result = ctx, message, result
         self.member = member
@@ -52,6 +53,8 @@ class Recording:
             else None
         )
         self.delivery = new_delivery()
+        #: What the guard began the body as (its leases' holder, its attempt).
+        self.began_as = began_as
         self.done: set[str] = set()
 
     @staticmethod
@@ -68,18 +71,10 @@ class Recording:
         ref = ContinuationRef.from_labels(labels)
         cursor = ChainCursor.from_labels(labels)
         failed_chain = OnErrorRef.from_labels(labels)
-        attempt = attempt_of(labels)
         if self.ending is Ending.SKIPPED:
             return
         if self.ending is Ending.REPEATED:
-            # Its retry is on the way (it takes the lease over if it starts
-            # first); a redelivery of this attempt may run once released.
-            if ref is not None:
-                await continuation.release(ctx, ref, attempt=attempt)
-            if cursor is not None:
-                await record.release_step(ctx, cursor, attempt=attempt)
-            if failed_chain is not None:
-                await on_error.release(ctx, failed_chain, attempt=attempt)
+            await self._release(ref, cursor, failed_chain)
             return
         member, made = self.member, self.outcome
         if member is not None and made is not None and "member" not in self.done:
@@ -97,3 +92,30 @@ class Recording:
             await continuation.complete(ctx, ref)
         if failed_chain is not None:
             await on_error.complete(ctx, failed_chain)
+
+    async def _release(
+        self,
+        ref: ContinuationRef | None,
+        cursor: ChainCursor | None,
+        failed_chain: OnErrorRef | None,
+    ) -> None:
+        """An attempt to be retried gives up the leases it holds.
+
+        Its retry is on the way (it takes a lease over if it starts first); a
+        redelivery of this attempt may run once released. Released as the
+        guard's delivery: applied again (its reply lost), a release frees no
+        copy begun since. As the attempt it began as: the retry middleware
+        has raised the message's count by now.
+        """
+        ctx, began_as = self.ctx, self.began_as
+        if began_as is None:
+            return  # it held no lease here
+        delivery, attempt = began_as
+        if ref is not None:
+            await continuation.release(ctx, ref, attempt=attempt, delivery=delivery)
+        if cursor is not None:
+            await record.release_step(ctx, cursor, attempt=attempt, delivery=delivery)
+        if failed_chain is not None:
+            await on_error.release(
+                ctx, failed_chain, attempt=attempt, delivery=delivery
+            )
