@@ -68,46 +68,49 @@ async def cancel_group_riding(
     ctx: FanInContext, group_id: str, *, until: float | None = None
 ) -> bool:
     """Cancel a group; a try that failed may have cancelled it: then True."""
-    until = deadline(ctx) if until is None else until
-    tried = Tried()
-    cancelled = await riding(
-        ctx,
-        tried.of(lambda: cancel_group(ctx, group_id)),
-        what=("Cancelling", group_id),
-        until=until,
+
+    async def cancelled() -> bool:
+        status = await inspection.status(ctx, group_id)
+        return status.state is GroupState.CANCELLED
+
+    return await _cancel_riding(
+        ctx, group_id, lambda: cancel_group(ctx, group_id), cancelled, until
     )
-    if cancelled or not tried.failed:
-        return cancelled
-    status = await riding(
-        ctx,
-        lambda: inspection.status(ctx, group_id),
-        what=("Reading", group_id),
-        until=until,
-    )
-    return status.state is GroupState.CANCELLED
 
 
 async def cancel_chain_riding(
     ctx: FanInContext, chain_id: str, *, until: float | None = None
 ) -> bool:
     """Cancel a chain; a try that failed may have cancelled it: then True."""
+
+    async def cancelled() -> bool:
+        status = await record.status(ctx, chain_id)
+        return status.state is ChainState.CANCELLED
+
+    return await _cancel_riding(
+        ctx, chain_id, lambda: saga.cancel(ctx, chain_id), cancelled, until
+    )
+
+
+async def _cancel_riding(
+    ctx: FanInContext,
+    workflow_id: str,
+    cancel: Callable[[], Awaitable[bool]],
+    cancelled: Callable[[], Awaitable[bool]],
+    until: float | None,
+) -> bool:
+    """``cancel``, ridden; when a try failed and the last said no, ``cancelled()``.
+
+    A failed try may have been done (its reply lost): the state tells.
+    """
     until = deadline(ctx) if until is None else until
     tried = Tried()
-    cancelled = await riding(
-        ctx,
-        tried.of(lambda: saga.cancel(ctx, chain_id)),
-        what=("Cancelling", chain_id),
-        until=until,
+    done = await riding(
+        ctx, tried.of(cancel), what=("Cancelling", workflow_id), until=until
     )
-    if cancelled or not tried.failed:
-        return cancelled
-    status = await riding(
-        ctx,
-        lambda: record.status(ctx, chain_id),
-        what=("Reading", chain_id),
-        until=until,
-    )
-    return status.state is ChainState.CANCELLED
+    if done or not tried.failed:
+        return done
+    return await riding(ctx, cancelled, what=("Reading", workflow_id), until=until)
 
 
 class Tried:
