@@ -9,13 +9,13 @@ SIGKILLs the primary and returns once a replica is promoted and writable.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from local_redis.host import LOOPBACK, POLL_INTERVAL
 from local_redis.sentinel_node import SentinelNode, info, master_view, named_primary
 from local_redis.server import DEFAULT_STARTUP_TIMEOUT, DEFAULT_STOP_GRACE, RedisServer
+from local_redis.waiting import poll_until
 
 #: The name the sentinels know the primary by.
 DEFAULT_MASTER_NAME = "fanin-primary"
@@ -231,9 +231,7 @@ class RedisSentinel:
         )
 
     def _wait(self, condition: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + self._agree_timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                msg = f"timed out after {self._agree_timeout:g}s waiting for {what}"
-                raise RuntimeError(msg)
-            time.sleep(POLL_INTERVAL * 5)
+        interval = POLL_INTERVAL * 5
+        if not poll_until(condition, timeout=self._agree_timeout, interval=interval):
+            msg = f"timed out after {self._agree_timeout:g}s waiting for {what}"
+            raise RuntimeError(msg)
