@@ -35,6 +35,8 @@ from local_redis import (
     stream_drained,
 )
 from taskiq_fanin import FanInMiddleware
+from taskiq_fanin.inspection import chain_status
+from taskiq_fanin.models import ChainState
 from taskiq_fanin.store.client import RedisClient
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "HandlingReceiver",
     "LossyStreamBroker",
     "SentMessages",
+    "chain_reached",
     "drained",
     "eventually",
     "lossy_stream_broker",
@@ -161,6 +164,18 @@ async def worker(
             done, _ = await asyncio.wait({listening}, timeout=5)
         if not done:
             listening.cancel()
+
+
+async def chain_reached(
+    source: FanInMiddleware | AsyncBroker, chain_id: str, state: ChainState
+) -> bool:
+    """Whether the chain's record says ``state`` now (a condition for ``eventually``).
+
+    A chain that fails is ``failed`` only after the kicks of its ``on_error`` and
+    its compensations have returned, so what those ran may be seen first: wait
+    for the state itself, not for what it kicked.
+    """
+    return (await chain_status(source, chain_id)).state is state
 
 
 async def drained(

@@ -26,7 +26,14 @@ from taskiq_fanin.errors import MemberNotSerializableError
 from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState
 from taskiq_fanin.sweeping import SweepAction, SweepReport
-from tests.harness import SentMessages, drained, eventually, stream_broker, worker
+from tests.harness import (
+    SentMessages,
+    chain_reached,
+    drained,
+    eventually,
+    stream_broker,
+    worker,
+)
 
 
 class CallerDiedError(Exception):
@@ -104,6 +111,10 @@ async def test_a_result_too_large_for_the_next_group_step_fails_the_step(
         await eventually(lambda: len(results) == 1, what="the outer continuation")
         await eventually(lambda: len(failures) == 1, what="on_error")
         await eventually(lambda: refunds == [5], what="the step's compensation")
+        await eventually(
+            lambda: chain_reached(fanin, "outer~0", ChainState.FAILED),
+            what="the chain to be failed",
+        )
         status = await chain_status(fanin, "outer~0")
         await drained(broker, receiver)
 

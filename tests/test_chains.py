@@ -11,7 +11,6 @@ from taskiq import SimpleRetryMiddleware
 
 from taskiq_fanin import (
     ChainFailure,
-    FanInMiddleware,
     GroupResult,
     Signature,
     cancel,
@@ -24,6 +23,7 @@ from taskiq_fanin.models import ChainState
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,
+    chain_reached,
     drained,
     eventually,
     stream_broker,
@@ -273,8 +273,12 @@ async def test_a_terminal_failure_at_step_three_compensates_steps_two_and_one(
         await eventually(lambda: journal[-2:] == ["undo 2", "undo 1"], what="undo")
         await eventually(lambda: len(failures) == 1, what="the error continuation")
         await eventually(
-            lambda: _chain_state_of(fanin, f"{handle.chain_id}~undo", ChainState.DONE),
+            lambda: chain_reached(fanin, f"{handle.chain_id}~undo", ChainState.DONE),
             what="the compensations to end",
+        )
+        await eventually(
+            lambda: chain_reached(fanin, handle.chain_id, ChainState.FAILED),
+            what="the chain to be failed",
         )
         status = await handle.status()
         await drained(broker, receiver)
@@ -327,9 +331,7 @@ async def test_cancelling_mid_chain_stops_later_steps(
         )
         for undo_id in (f"{handle.chain_id}~undo", f"{handle.chain_id}~undo1"):
             await eventually(
-                lambda undo_id=undo_id: _chain_state_of(
-                    fanin, undo_id, ChainState.DONE
-                ),
+                lambda undo_id=undo_id: chain_reached(fanin, undo_id, ChainState.DONE),
                 what="the compensations to end",
             )
         status = await handle.status()
@@ -414,12 +416,6 @@ async def _chain_state(handle: object, state: ChainState) -> bool:
     return (await handle.status()).state is state  # type: ignore[attr-defined]
 
 
-async def _chain_state_of(
-    fanin: FanInMiddleware, chain_id: str, state: ChainState
-) -> bool:
-    return (await chain_status(fanin, chain_id)).state is state
-
-
 async def test_a_cancelled_chain_member_fails_its_member_and_the_group_ends(
     redis_url: str, key_prefix: str
 ) -> None:
@@ -441,7 +437,7 @@ async def test_a_cancelled_chain_member_fails_its_member_and_the_group_ends(
         members = [chain(Signature.of(slow, n), Signature.of(slow)) for n in range(2)]
         handle = await group(members, then=then, group_id="g").kiq(broker)
         await eventually(
-            lambda: _chain_state_of(fanin, "g~0", ChainState.DONE), what="chain 0"
+            lambda: chain_reached(fanin, "g~0", ChainState.DONE), what="chain 0"
         )
         assert await cancel(broker, "g~1")  # its first step is running
         release.set()

@@ -23,13 +23,19 @@ from taskiq_fanin import (
 )
 from taskiq_fanin.chains.tasks import step_error_payload as error_payload
 from taskiq_fanin.groups.inspection import status_from_meta
-from taskiq_fanin.inspection import chain_status
 from taskiq_fanin.model.errors import GroupStepFailedError
 from taskiq_fanin.model.results import MEMBERS_KEPT, StepError, from_millis
 from taskiq_fanin.models import ChainState, GroupState
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.records import GroupMeta
-from tests.harness import SentMessages, drained, eventually, stream_broker, worker
+from tests.harness import (
+    SentMessages,
+    chain_reached,
+    drained,
+    eventually,
+    stream_broker,
+    worker,
+)
 
 
 async def test_a_cancelled_group_counts_the_members_that_ran_anyway(
@@ -177,7 +183,7 @@ async def test_a_finished_chain_keeps_its_finish_time_and_stops_ageing(
         blocked = await chain(Signature.of(step, -1), Signature.of(step)).kiq(broker)
         for handle, state in ((done, ChainState.DONE), (failed, ChainState.FAILED)):
             await eventually(
-                lambda h=handle, s=state: _chain_is(broker, h.chain_id, s),
+                lambda h=handle, s=state: chain_reached(broker, h.chain_id, s),
                 what=f"the chain to be {state.value}",
             )
         running = await blocked.status()
@@ -212,10 +218,6 @@ async def test_a_finished_chain_keeps_its_finish_time_and_stops_ageing(
 
 async def _state_is(broker: AsyncBroker, group_id: str, state: GroupState) -> bool:
     return (await status(broker, group_id)).state is state
-
-
-async def _chain_is(broker: AsyncBroker, chain_id: str, state: ChainState) -> bool:
-    return (await chain_status(broker, chain_id)).state is state
 
 
 async def test_a_chain_failed_by_its_group_step_names_each_failed_member(
@@ -256,7 +258,7 @@ async def test_a_chain_failed_by_its_group_step_names_each_failed_member(
         ).kiq(broker)
         await eventually(lambda: len(failures) == 1, what="the error continuation")
         await eventually(
-            lambda: _chain_is(broker, handle.chain_id, ChainState.FAILED),
+            lambda: chain_reached(broker, handle.chain_id, ChainState.FAILED),
             what="the chain to fail",
         )
         found = await handle.status()
@@ -294,7 +296,7 @@ async def test_a_task_step_failure_names_no_members(
         handle = await chain(Signature.of(boom), on_error=report).kiq(broker)
         await eventually(lambda: len(failures) == 1, what="the error continuation")
         await eventually(
-            lambda: _chain_is(broker, handle.chain_id, ChainState.FAILED),
+            lambda: chain_reached(broker, handle.chain_id, ChainState.FAILED),
             what="the chain to fail",
         )
         found = await handle.status()
