@@ -38,6 +38,7 @@ from taskiq_fanin.api.chains import Chain
 from taskiq_fanin.inspection import list_chains
 from taskiq_fanin.model.ids import member_task_id
 from taskiq_fanin.model.labels import RETRIES_LABEL, retry_labels, takes_over
+from taskiq_fanin.models import ChainState
 from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.keys import ChainKeys, chain_index_key
 from taskiq_fanin.store.pipeline import PipelineBatcher
@@ -47,6 +48,7 @@ from taskiq_fanin.sweep import chains as sweep_chains
 from taskiq_fanin.sweeping import Finding, FindingKind, SweepAction, SweepReport
 from tests.harness import (
     SentMessages,
+    chain_reached,
     drained,
     eventually,
     lossy_stream_broker,
@@ -411,6 +413,12 @@ async def test_a_watched_failed_member_chain_is_settled_once(
         await group([chains.chain()], failure_policy="fail", group_id="gm").kiq(broker)
         await eventually(
             lambda: _on_error_is(redis, record, "running"), what="on_error to begin"
+        )
+        # Failed once the kicks of its end returned (until then the sweep finds
+        # it failing, and has nothing of a failed chain's to settle).
+        await eventually(
+            lambda: chain_reached(fanin, member, ChainState.FAILED),
+            what="the chain to be failed",
         )
         for _ in range(3):
             await redis.zadd(index, {member: 0})

@@ -393,10 +393,11 @@ async def test_a_window_as_wide_as_a_listed_group_is_no_window_at_all(
     its window stays, and its deadline slides with each outcome.
     """
     broker, fanin = stream_broker(redis_url, key_prefix)
-    may_end = asyncio.Event()
+    may_start, may_end = asyncio.Event(), asyncio.Event()
 
     @broker.task
     async def member(index: int) -> None:
+        await may_start.wait()  # none ends before the planned status is read
         if index:
             await may_end.wait()
         else:
@@ -407,6 +408,7 @@ async def test_a_window_as_wide_as_a_listed_group_is_no_window_at_all(
     async with worker(broker, max_async_tasks=10) as receiver:
         await group(members, group_id="wide", max_in_flight=most).kiq(broker)
         planned = await group_status(fanin, "wide")
+        may_start.set()
         await eventually(lambda: recorded(fanin, "wide", 1), what="member 0's outcome")
         one_done = await group_status(fanin, "wide")
         may_end.set()
