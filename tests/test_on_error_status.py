@@ -12,6 +12,7 @@ from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.record import status_from_record
 from taskiq_fanin.inspection import chain_status
 from taskiq_fanin.model.ids import chain_on_error_id
+from taskiq_fanin.model.states import ON_ERROR_MOVES
 from taskiq_fanin.models import ChainState, OnErrorState
 from taskiq_fanin.store.records import ChainRecord
 from tests.harness import (
@@ -181,3 +182,9 @@ def test_each_record_reads_as_the_on_error_state_it_holds() -> None:
         "no pending kick": OnErrorState.NONE,
     }
     assert status_from_record("c", ChainRecord()).on_error is OnErrorState.NONE
+
+
+def test_the_states_a_copy_moves_through_are_the_record_s_own() -> None:
+    """``running`` and ``completed`` read from the record as they are stored."""
+    stored = set(ON_ERROR_MOVES) - {"kicked"}  # 'kicked': no field written yet
+    assert {state.value for state in OnErrorState} == {"none", "pending", *stored}
