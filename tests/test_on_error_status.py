@@ -1,6 +1,7 @@
 """A chain's status says what became of its error continuation (``on_error``):
-``none`` without one, ``pending`` until a copy began (whatever the chain's
-state), ``running`` while a copy runs, ``completed`` once one ran to its end.
+``none`` without one to run (none, or the chain did not fail), ``pending``
+once it failed until a copy began, ``running`` while a copy runs, ``completed``
+once one ran to its end.
 On a real redis-server and a real Receiver; the records written before are
 read from hashes.
 """
@@ -63,7 +64,7 @@ async def test_a_failed_chain_says_its_on_error_is_pending_running_then_complete
             broker
         )
         await eventually(lambda: stepping == ["fails"], what="the step to begin")
-        await note()  # running, its on_error not begun
+        await note()  # running: no on_error to run yet
         step_go.set()
         await eventually(lambda: len(began) == 1, what="on_error to begin")
         await eventually(
@@ -81,7 +82,7 @@ async def test_a_failed_chain_says_its_on_error_is_pending_running_then_complete
         await drained(broker, receiver)
 
     assert seen == [
-        (ChainState.RUNNING, OnErrorState.PENDING),
+        (ChainState.RUNNING, OnErrorState.NONE),  # it has not failed
         (ChainState.FAILED, OnErrorState.RUNNING),
         (ChainState.FAILED, OnErrorState.COMPLETED),
     ]
@@ -168,6 +169,10 @@ def test_each_record_reads_as_the_on_error_state_it_holds() -> None:
         # Written before a pending kick was kept: a copy began, so it has one.
         "no pending, a copy ran": {**base, "on_error_state": "completed"},
         "no pending kick": base,
+        "running": {**base, "state": "running", "pending": _pending(on_error)},
+        "done": {**base, "state": "done", "pending": _pending(on_error)},
+        "cancelled": {**base, "state": "cancelled", "pending": _pending(on_error)},
+        "failing": {**base, "state": "failing", "pending": _pending(on_error)},
     }
     found = {
         what: status_from_record("c", ChainRecord.from_hash(raw)).on_error
@@ -180,6 +185,10 @@ def test_each_record_reads_as_the_on_error_state_it_holds() -> None:
         "one ran to its end": OnErrorState.COMPLETED,
         "no pending, a copy ran": OnErrorState.COMPLETED,
         "no pending kick": OnErrorState.NONE,
+        "running": OnErrorState.NONE,
+        "done": OnErrorState.NONE,
+        "cancelled": OnErrorState.NONE,
+        "failing": OnErrorState.PENDING,
     }
     assert status_from_record("c", ChainRecord()).on_error is OnErrorState.NONE
 

@@ -102,12 +102,14 @@ def status_from_record(
 def on_error_state(found: ChainRecord) -> OnErrorState:
     """What became of the chain's ``on_error``, from its record.
 
-    A copy that began set ``on_error_state``; before that, whether there is one
-    to run is the pending kick's cursor's (every step's carries it).
+    A copy that began set ``on_error_state``; before that, a chain that failed
+    has one to run if its pending kick's cursor carries it (every step's does).
+    A chain that did not fail has none to run: it is read only then.
     """
     if found.on_error_state:
         return OnErrorState(found.on_error_state)
-    if not found.pending:
+    failed = found.state in (ChainState.FAILING, ChainState.FAILED)
+    if not failed or not found.pending:
         return OnErrorState.NONE
     cursor = PendingStep.model_validate_json(found.pending).cursor
     return OnErrorState.NONE if cursor.on_error is None else OnErrorState.PENDING

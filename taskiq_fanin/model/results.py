@@ -164,11 +164,11 @@ class OnErrorState(str, enum.Enum):
     (``states.ON_ERROR_MOVES``).
     """
 
-    #: The chain has no ``on_error`` (or Redis holds nothing about the chain).
+    #: None to run: the chain has no ``on_error``, or it did not fail (it runs,
+    #: or ended done or cancelled), or Redis holds nothing about the chain.
     NONE = "none"
-    #: It has one, and no copy of it began: the chain has not failed, or it
-    #: failed and the kick is on its way (or lost: the sweep's
-    #: ``on_error_lost`` then).
+    #: The chain failed, and no copy of its ``on_error`` began: the kick is on
+    #: its way (or lost: the sweep's ``on_error_lost`` then).
     PENDING = "pending"
     #: A copy began and has not run to its end: it runs, waits for its retry,
     #: or its worker died (lost once its run lease runs out).
@@ -203,8 +203,9 @@ class ChainStatus(BaseModel):
     #: In a chain that keeps going past failures (compensations): each failed
     #: step's error, by step index.
     failures: dict[int, MemberError] = Field(default_factory=dict)
-    #: What became of its ``on_error``: ``none`` without one, else ``pending``
-    #: until a copy began, ``running``, then ``completed``.
+    #: What became of its ``on_error``: ``none`` without one to run (none, or
+    #: the chain did not fail), else ``pending`` until a copy began,
+    #: ``running``, then ``completed``.
     on_error: OnErrorState = OnErrorState.NONE
     #: When the step it is at counts as stuck: the chain's deadline after the
     #: record last moved or, waiting on a group step that is on time (a
