@@ -13,6 +13,7 @@ from taskiq_fanin.model.results import (
     ChainState,
     FailurePolicy,
     GroupState,
+    OnErrorState,
     SweepPolicy,
 )
 from taskiq_fanin.store.outcome_batching import OutcomeBatching
@@ -24,6 +25,7 @@ __all__ = [
     "Group",
     "GroupOptions",
     "GroupState",
+    "OnErrorState",
     "OutcomeBatching",
     "SweepPolicy",
 ]

@@ -36,6 +36,8 @@ COMMANDS = {
 RESIZE = "cli_app.resize"
 #: Two more steps for chains, known only to the test's own broker (no worker runs).
 PROBE, PUBLISH = "cli_app.probe", "cli_app.publish"
+#: A chain's error continuation, known the same way.
+NOTIFY = "cli_app.notify"
 
 
 @dataclass
@@ -98,14 +100,18 @@ class App:
         )
         await self.fanin.post_execute(message, result)
 
-    async def chain(self, chain_id: str, *, done: int = 0) -> str:
+    async def chain(
+        self, chain_id: str, *, done: int = 0, on_error: Signature | None = None
+    ) -> str:
         """A chain probe -> resize -> publish whose first ``done`` steps ended."""
         steps = [
             Signature.of(PROBE).immutable(),
             Signature.of(RESIZE, 0).immutable(),
             Signature.of(PUBLISH).immutable(),
         ]
-        handle = await chain(*steps, chain_id=chain_id).kiq(self.broker)
+        handle = await chain(*steps, on_error=on_error, chain_id=chain_id).kiq(
+            self.broker
+        )
         for index in range(done):
             await self.finish(handle.chain_id, index)
         return handle.chain_id
@@ -137,6 +143,9 @@ async def app(redis_url, key_prefix, redis_client):
 
     @broker.task(task_name=PUBLISH)
     async def publish() -> None: ...
+
+    @broker.task(task_name=NOTIFY)
+    async def notify(failure: Any) -> None: ...
 
     await broker.startup()
     try:
@@ -252,6 +261,43 @@ async def test_status_of_a_failed_chain_names_the_failed_step_and_its_error(
         None,
     )
     assert "corrupt frame at 00:42" in status["error"]["message"]
+
+
+async def test_status_of_a_failed_chain_says_what_became_of_its_on_error(
+    app,
+) -> None:
+    """Kicked and not begun, begun, run to its end: its worker's hooks are
+    played by hand on its message; a chain without one shows no such row."""
+    chain_id = await app.chain("video-5", done=1, on_error=Signature.of(NOTIFY))
+    await app.finish(chain_id, 1, error=RuntimeError("corrupt frame at 00:42"))
+    bare = await app.chain("video-6", done=1)
+    await app.finish(bare, 1, error=RuntimeError("corrupt frame at 00:42"))
+    (kicked,) = (m for m in app.sent.sent if m.task_name == NOTIFY)
+    seen: list[tuple[str, str]] = []
+
+    async def note() -> None:
+        table = await run_cli("status", chain_id, *app.options)
+        as_json = await run_cli("status", chain_id, "--json", *app.options)
+        assert table.code == as_json.code == 0, table.stderr + as_json.stderr
+        seen.append((_row(table.stdout, "on error"), as_json.json()["on_error"]))
+
+    await note()
+    await app.fanin.pre_execute(kicked)  # a copy begins: its run guard lets it
+    await note()
+    done = TaskiqResult(is_err=False, return_value=None, execution_time=0.0)
+    await app.fanin.post_execute(kicked, done)
+    await note()
+    without = await run_cli("status", bare, *app.options)
+    without_json = await run_cli("status", bare, "--json", *app.options)
+
+    assert seen == [
+        ("pending", "pending"),
+        ("running", "running"),
+        ("completed", "completed"),
+    ]
+    assert _row(without.stdout, "state") == "failed"
+    assert "on error" not in without.stdout
+    assert without_json.json()["on_error"] == "none"
 
 
 async def test_status_of_a_finished_chain_shows_every_step_done(app) -> None:

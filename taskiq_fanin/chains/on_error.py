@@ -23,15 +23,16 @@ from taskiq_fanin.model.results import (
     ChainFailure,
     ChainState,
     MemberError,
+    OnErrorState,
     StepError,
 )
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Begin
 
 #: ``on_error_state`` once a copy of it ran to its end (``states.ON_ERROR_MOVES``).
-COMPLETED = "completed"
+COMPLETED = OnErrorState.COMPLETED.value
 #: ... and while a copy runs (or ran, if its worker died), under a lease.
-RUNNING = "running"
+RUNNING = OnErrorState.RUNNING.value
 
 
 async def kick(

@@ -7,7 +7,7 @@ a failed step. Its transitions are scripts (``ChainScripts``).
 from datetime import datetime, timezone
 
 from taskiq_fanin.chains import due
-from taskiq_fanin.chains.cursor import ChainCursor
+from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.groups.inspection import DEFAULT_LIST_LIMIT
 from taskiq_fanin.model.config import ms, positive
@@ -15,6 +15,7 @@ from taskiq_fanin.model.results import (
     ChainState,
     ChainStatus,
     MemberError,
+    OnErrorState,
     from_millis,
 )
 from taskiq_fanin.store.keys import ChainKeys, chain_index_key, validate_chain_id
@@ -92,9 +93,26 @@ def status_from_record(
         failed_members=error.members if error else {},
         lost_members=error.lost if error else [],
         failures=found.failures,
+        on_error=on_error_state(found),
         due=due,
         read_at=read_at,
     )
+
+
+def on_error_state(found: ChainRecord) -> OnErrorState:
+    """What became of the chain's ``on_error``, from its record.
+
+    A copy that began set ``on_error_state``; before that, a chain that failed
+    has one to run if its pending kick's cursor carries it (every step's does).
+    A chain that did not fail has none to run: it is read only then.
+    """
+    if found.on_error_state:
+        return OnErrorState(found.on_error_state)
+    failed = found.state in (ChainState.FAILING, ChainState.FAILED)
+    if not failed or not found.pending:
+        return OnErrorState.NONE
+    cursor = PendingStep.model_validate_json(found.pending).cursor
+    return OnErrorState.NONE if cursor.on_error is None else OnErrorState.PENDING
 
 
 async def list_chains(

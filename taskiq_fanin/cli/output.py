@@ -14,6 +14,7 @@ from taskiq_fanin.model.results import (
     ChainStatus,
     GroupStatus,
     MemberError,
+    OnErrorState,
 )
 from taskiq_fanin.store.keys import sweep_lock_key
 from taskiq_fanin.sweep.report import Finding, SweepReport
@@ -158,7 +159,7 @@ def chain_table(status: ChainStatus, now: datetime) -> RenderableType:
         where = f"all {status.steps} done"
     elif status.state is not ChainState.RUNNING:
         where = f"stopped at {where}"
-    for name, value in (
+    rows = [
         ("state", status.state.value),
         ("step", where),
         ("started", _time(status.started)),
@@ -167,7 +168,10 @@ def chain_table(status: ChainStatus, now: datetime) -> RenderableType:
         ("age", _duration(status.age_seconds(now))),
         ("failed step", _step(status, status.failed_step)),
         ("error", _error(status.error)),
-    ):
+    ]
+    if status.on_error is not OnErrorState.NONE:
+        rows.append(("on error", status.on_error.value))
+    for name, value in rows:
         fields.add_row(name, value)
     steps = Table(box=box.SIMPLE_HEAD)
     steps.add_column("", no_wrap=True)  # the marker of the current step

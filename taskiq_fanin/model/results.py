@@ -157,6 +157,26 @@ class ChainState(str, enum.Enum):
     MISSING = "missing"
 
 
+class OnErrorState(str, enum.Enum):
+    """What became of a chain's error continuation (``on_error``), one way only.
+
+    ``running`` and ``completed`` are the record's own values
+    (``states.ON_ERROR_MOVES``).
+    """
+
+    #: None to run: the chain has no ``on_error``, or it did not fail (it runs,
+    #: or ended done or cancelled), or Redis holds nothing about the chain.
+    NONE = "none"
+    #: The chain failed, and no copy of its ``on_error`` began: the kick is on
+    #: its way (or lost: the sweep's ``on_error_lost`` then).
+    PENDING = "pending"
+    #: A copy began and has not run to its end: it runs, waits for its retry,
+    #: or its worker died (lost once its run lease runs out).
+    RUNNING = "running"
+    #: A copy ran to its end (its last attempt): no copy runs again.
+    COMPLETED = "completed"
+
+
 class ChainStatus(BaseModel):
     """A chain as its workflow record holds it right now."""
 
@@ -183,6 +203,10 @@ class ChainStatus(BaseModel):
     #: In a chain that keeps going past failures (compensations): each failed
     #: step's error, by step index.
     failures: dict[int, MemberError] = Field(default_factory=dict)
+    #: What became of its ``on_error``: ``none`` without one to run (none, or
+    #: the chain did not fail), else ``pending`` until a copy began,
+    #: ``running``, then ``completed``.
+    on_error: OnErrorState = OnErrorState.NONE
     #: When the step it is at counts as stuck: the chain's deadline after the
     #: record last moved or, waiting on a group step that is on time (a
     #: windowed group's deadline slides), that group's deadline (the sweep's
