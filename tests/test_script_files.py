@@ -58,6 +58,7 @@ ANSWERS: dict[str, type[enum.IntEnum] | None] = {
     "markSettled": Applied,
     "reclaimFinaliser": Applied,
     "recordOutcome": Recorded,
+    "redispatchContinuation": Applied,
     "redriveChain": Applied,
     "redriveGroup": Applied,
     "redriveOnError": Applied,
@@ -221,6 +222,7 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     await groups.give_up(group, token=token, lease_ms=1_000, claimant="s")
     await groups.collect_outcomes(group, token=token)
     await groups.reclaim_finaliser(group, token=token, lease_ms=1_000, claimant="s")
+    await groups.redispatch_continuation(group, token=token, max_redrives=1)
     args = {"token": token, "dispatched": "then", "tombstone_ms": 1_000}
     await groups.mark_dispatched(group, **args, claimant="s")
     await groups.begin_continuation(

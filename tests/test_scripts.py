@@ -672,3 +672,43 @@ async def test_a_step_copy_begun_after_its_attempt_released_is_not_taken_over(
     assert await begin(1, "a1") is Begin.RUN
     # Without a release, the next attempt takes the failed one's lease over.
     assert await begin(2, "a2") is Begin.RUN
+
+
+async def test_an_overdue_continuation_is_dispatched_again_at_most_a_bound_of_times(
+    client: Redis, keys: GroupKeys
+) -> None:
+    """``redispatchContinuation`` rechecks it on Redis's clock (a span past its
+    dispatch or its last re-dispatch, no run lease held), counts each
+    re-dispatch up to the bound, answers the attempt after the recorded one,
+    and never moves the state."""
+    scripts = scripts_on(client)
+    await create(scripts, keys, total=1)
+    await record(scripts, keys, 0)
+    assert await dispatch(scripts, keys)
+
+    async def again(token: str = TOKEN) -> tuple[bool, int, bool, int]:
+        return tuple(
+            await scripts.redispatch_continuation(keys, token=token, max_redrives=2)
+        )
+
+    async def span_passes() -> None:
+        await client.hset(
+            keys.meta, mapping={"dispatched_at": 1, "continuation_redriven_at": 1}
+        )
+
+    assert await again() == (False, 0, False, 0)  # within its span
+    await span_passes()
+    assert await again("other") == (False, 0, False, 0)
+    assert await again() == (True, 1, True, 0)  # none began: attempt 0
+    assert await again() == (False, 1, False, 0)  # its copy's span to begin
+    await span_passes()
+    assert await begin(scripts, keys) is Begin.RUN
+    assert await again() == (False, 1, False, 0)  # its run lease holds
+    await lease_runs_out(client, keys)
+    assert await again() == (True, 2, True, 1)  # after the recorded attempt
+    await span_passes()
+    assert await again() == (False, 2, True, 1)  # used up
+    assert await client.hget(keys.meta, "continuation_redrives") == b"2"
+    assert await client.hget(keys.meta, "state") == b"running"
+    await scripts.mark_completed(keys, token=TOKEN, tombstone_ms=5_000)
+    assert await again() == (False, 2, False, 0)

@@ -506,6 +506,68 @@ async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
     assert [result.results for result in ran] == [[0, 1]]
 
 
+async def test_a_continuation_lost_every_time_is_dispatched_again_at_most_max_redrives(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Every copy of the continuation lost on its way, none ever begins: under
+    ``redrive`` the sweep dispatches it again, each counted (``redrives``), at
+    most ``max_redrives`` times; past that it reports it, its note naming
+    ``max_redrives``, and sends nothing more."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, sent, finaliser_lease=SHORT, max_redrives=2
+    )
+    ran: list[GroupResult] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        ran.append(result)
+
+    seen: list[tuple[SweepAction, bool, int]] = []
+    broker.drop = {"capc~then"}
+    async with worker(broker, max_async_tasks=5) as receiver:
+        members = [Signature.of(member, i) for i in range(2)]
+        await group(members, then=then, group_id="capc", deadline=SHORT).kiq(broker)
+        await eventually(
+            lambda: _state_is(fanin, "capc", "dispatched"), what="the dispatch"
+        )
+
+        async def reported_past_the_cap() -> bool:
+            broker.drop.add("capc~then")  # this copy is lost too
+            report = await sweep(fanin, policy="redrive")
+            seen.extend(
+                (f.action, f.applied, f.redrives)
+                for f in report.findings
+                if f.kind is FindingKind.CONTINUATION_OVERDUE
+            )
+            return bool(seen) and seen[-1][0] is SweepAction.REPORT
+
+        await eventually(
+            reported_past_the_cap, timeout=10, interval=0.1, what="the cap"
+        )
+        (later,) = (await sweep(fanin, policy="redrive")).findings
+        await drained(broker, receiver)
+
+    assert seen == [
+        (SweepAction.REDISPATCH, True, 1),
+        (SweepAction.REDISPATCH, True, 2),
+        (SweepAction.REPORT, True, 2),
+    ]
+    assert (later.kind, later.action, later.redrives) == (
+        FindingKind.CONTINUATION_OVERDUE,
+        SweepAction.REPORT,
+        2,
+    )
+    assert "max_redrives" in later.note
+    # The finaliser's copy and the sweep's two: no more.
+    assert len(sent.of_task(then.task_name)) == 3
+    assert ran == []
+
+
 async def _state_is(fanin: FanInMiddleware, group_id: str, state: str) -> bool:
     return (await group_status(fanin, group_id)).state.value == state
 

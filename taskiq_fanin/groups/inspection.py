@@ -26,10 +26,12 @@ def due_at(meta: GroupMeta, state: GroupState) -> int:
 
     Its deadline while open (a windowed group's slides); a claimed group's at
     once, unless its finaliser's lease holds (:func:`leased`); a dispatched
-    continuation's a span after its dispatch.
+    continuation's a span after its dispatch, or after the sweep last
+    dispatched it again (as ``redispatchContinuation`` rechecks it).
     """
     if state in (GroupState.DISPATCHED, GroupState.RUNNING):
-        return (meta.dispatched_at or 0) + meta.deadline_ms
+        since = max(meta.dispatched_at or 0, meta.continuation_redriven_at or 0)
+        return since + meta.deadline_ms
     if state is GroupState.CLAIMED:
         return meta.claimed_at or 0
     return meta.due_at or 0

@@ -11,6 +11,7 @@ from typing import Any
 
 from taskiq_fanin.store import ledger_reads, replies
 from taskiq_fanin.store.client import RedisClient
+from taskiq_fanin.store.group_sweep_scripts import GroupSweepScripts
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
 from taskiq_fanin.store.pipeline import Command, PipelineBatcher
@@ -21,17 +22,14 @@ from taskiq_fanin.store.replies import (
     Begin,
     CollectedOutcomes,
     Creation,
-    GivenUp,
-    Inspected,
     Outcome,
     Recorded,
-    Redriven,
 )
 from taskiq_fanin.store.scripts import Scripts
 
 
-class GroupScripts:
-    """The group scripts registered on one client."""
+class GroupScripts(GroupSweepScripts):
+    """The group scripts registered on one client (the sweep's too)."""
 
     def __init__(
         self,
@@ -192,50 +190,6 @@ class GroupScripts:
         """Shrink a group whose continuation ran to a tombstone."""
         return await self._applied("markCompleted", keys.ending, [token, tombstone_ms])
 
-    async def inspect_group(self, keys: GroupKeys) -> Inspected | None:
-        """Meta, lease and Redis's clock of a group; ``None`` if it is gone."""
-        inspecting = [keys.meta, keys.claim]
-        return replies.inspected(await self._scripts["inspectGroup"](keys=inspecting))
-
-    async def redrive_group(
-        self,
-        keys: GroupKeys,
-        *,
-        token: str,
-        max_redrives: int,
-        start: int = 0,
-        stop: int = 2**53,
-    ) -> Redriven:
-        """May the sweep kick the missing members of ledger window [start, stop)?
-
-        A pass's first window (``start`` 0) records the re-drive and seals the
-        ledger; ``missing_members`` reads the window's members.
-        """
-        args = [token, max_redrives, start, stop]
-        return replies.redriven(
-            await self._scripts["redriveGroup"](keys=keys.redriving, args=args)
-        )
-
-    async def give_up(
-        self,
-        keys: GroupKeys,
-        *,
-        token: str,
-        lease_ms: int,
-        claimant: str,
-        start: int = 0,
-        stop: int = 2**53,
-    ) -> GivenUp:
-        """Note the members of ledger window [start, stop) with no outcome lost.
-
-        The first window (``start`` 0) stops the group recording outcomes
-        (``giving_up``); the one that reaches the ledger's end claims the
-        finaliser for ``claimant`` (``GivenUp.claimed``).
-        """
-        args = [token, start, stop, lease_ms, claimant]
-        reply = await self._scripts["giveUp"](keys=keys.giving_up, args=args)
-        return replies.given_up(reply)
-
     async def release_lock(self, lock_key: str, holder: str) -> bool:
         """Delete ``lock_key`` if ``holder`` still holds it."""
         return await self._applied("releaseLock", [lock_key], [holder])
@@ -263,14 +217,6 @@ class GroupScripts:
         args = [token, attempt, delivery, lease_ms, int(takes_over)]
         begin = self._scripts["beginContinuation"]
         return Begin(await begin(keys=[keys.meta], args=args, now=True))
-
-    async def reclaim_finaliser(
-        self, keys: GroupKeys, *, token: str, lease_ms: int, claimant: str
-    ) -> bool:
-        """Take over a claimed group whose finaliser's lease ran out."""
-        reclaim, args = self._scripts["reclaimFinaliser"], [token, lease_ms, claimant]
-        reply = await reclaim(keys=[keys.meta, keys.claim], args=args)
-        return Applied(reply) is Applied.APPLIED
 
     async def release_continuation(
         self, keys: GroupKeys, *, token: str, attempt: int, delivery: str

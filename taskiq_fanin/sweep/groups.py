@@ -18,7 +18,7 @@ from taskiq_fanin.model.spec import member_from_ledger
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.replies import Inspected
-from taskiq_fanin.sweep import giving_up, known
+from taskiq_fanin.sweep import giving_up, known, overdue
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
 
 #: Who the sweep claims a finaliser's lease as.
@@ -65,15 +65,21 @@ async def judge(
             await index.reschedule(ctx, group_id, after)
         return None
     finding = _finding(group_id, state, inspected, now, due_at)
+    if state in (GroupState.DISPATCHED, GroupState.RUNNING):
+        redrive = _policy(meta, override) is SweepPolicy.REDRIVE
+        return await overdue.judge(
+            ctx,
+            finding,
+            meta,
+            redrive=redrive,
+            dry_run=dry_run,
+            claimant=SWEEP_CLAIMANT,
+        )
     if state is GroupState.CLAIMED:
         finding.kind, finding.action = (
             FindingKind.FINALISER_LOST,
             SweepAction.REDISPATCH,
         )
-    elif state in (GroupState.DISPATCHED, GroupState.RUNNING):
-        finding.kind = FindingKind.CONTINUATION_OVERDUE
-        redrive = _policy(meta, override) is SweepPolicy.REDRIVE
-        finding.action = SweepAction.REDISPATCH if redrive else SweepAction.REPORT
     else:
         finding.kind = FindingKind.STUCK if meta.planned else FindingKind.UNPLANNED
         finding.action = SweepAction(_policy(meta, override).value)
@@ -188,39 +194,21 @@ async def _act(
         finding.applied, finding.note = visit.applied, visit.note(meta.total)
         if visit.finalised:
             return
-    elif action is SweepAction.REDISPATCH:
-        if finding.kind is FindingKind.FINALISER_LOST and not (
-            await ctx.scripts.reclaim_finaliser(
-                keys,
-                token=token,
-                lease_ms=ms(ctx.config.lease),
-                claimant=SWEEP_CLAIMANT,
-            )
+    elif action is SweepAction.REDISPATCH:  # a finaliser lost: none began
+        if not await ctx.scripts.reclaim_finaliser(
+            keys,
+            token=token,
+            lease_ms=ms(ctx.config.lease),
+            claimant=SWEEP_CLAIMANT,
         ):
             finding.note = "the finaliser's lease was taken meanwhile"
             return
-        await finalise(
-            ctx,
-            finding.group_id,
-            token,
-            claimant=SWEEP_CLAIMANT,
-            attempt=_next_attempt(meta),
-        )
+        await finalise(ctx, finding.group_id, token, claimant=SWEEP_CLAIMANT)
         finding.applied = True
         return
     else:
         finding.applied = True
     await index.reschedule(ctx, finding.group_id, look_again)
-
-
-def _next_attempt(meta: GroupMeta) -> int:
-    """The attempt a re-dispatched continuation goes as: after the recorded one.
-
-    A copy that began and was lost counts as a failed attempt, so no late copy
-    of it, nor the retry it kicked, takes the lease over from the sweep's
-    (``may_take_lease`` in the Lua prelude). None began: attempt 0.
-    """
-    return meta.run_attempt + 1 if meta.state is GroupState.RUNNING else 0
 
 
 async def _redrive(

@@ -68,6 +68,9 @@ class Finding(BaseModel):
     missing: list[int] = Field(default_factory=list)
     age_seconds: float = 0.0
     overdue_seconds: float = 0.0
+    #: How many times the sweep re-drove it: a group's members, a chain's
+    #: step; of ``continuation_overdue`` and ``on_error_lost``, the
+    #: continuation's re-dispatches (at most ``max_redrives`` each).
     redrives: int = 0
     #: Tasks the sweep's broker does not know (its workers would drop them):
     #: the members or the chain step that run them were not re-driven.

@@ -89,7 +89,9 @@ class FanInMiddleware(TaskiqMiddleware):
             the error continuation instead when any member failed.
         :param sweep_policy: default for groups: what the sweep does with one
             still open past its deadline (``report``, ``redrive``, ``give_up``).
-        :param max_redrives: how many times the sweep may re-drive one group.
+        :param max_redrives: how many times the sweep may re-drive one group's
+            members, dispatch its overdue continuation again, kick a chain's
+            step or its lost ``on_error`` again (each counted on its own).
         :param max_depth: how deep groups and chains may nest in each other; a
             deeper one fails with ``NestingTooDeepError`` and spawns nothing.
         :param finaliser_lease: seconds the finalising member has to enqueue the

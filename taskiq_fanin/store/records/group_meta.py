@@ -63,6 +63,8 @@ class GroupMeta:
         "run_attempt": "run_attempt",
         "run_by": "run_by",
         "run_released": "run_released",
+        "continuation_redrives": "continuation_redrives",
+        "continuation_redriven_at": "continuation_redriven_at",
     }
 
     token: str = ""
@@ -120,6 +122,10 @@ class GroupMeta:
     #: 'released' once its attempt released it for its retry, 'rebegun' once a
     #: copy of that attempt began since (no later attempt takes it over), ''.
     run_released: str = ""
+    #: How many times the sweep dispatched an overdue continuation again, and
+    #: when last (``redispatchContinuation``; at most ``max_redrives``).
+    continuation_redrives: int = 0
+    continuation_redriven_at: int | None = None
 
     @classmethod
     def stored_as(cls, name: str) -> str:
@@ -170,6 +176,8 @@ class GroupMeta:
             run_attempt=as_int(f, "run_attempt"),
             run_by=f.get("run_by", ""),
             run_released=f.get("run_released", ""),
+            continuation_redrives=as_int(f, "continuation_redrives"),
+            continuation_redriven_at=as_time(f, "continuation_redriven_at"),
         )
 
     @property

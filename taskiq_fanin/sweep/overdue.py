@@ -1,0 +1,88 @@
+"""The sweep's look at a group whose continuation is overdue.
+
+Dispatched (or running) and not completed a span after its dispatch, with no
+copy's run lease held: its message was lost, or every worker that began it
+died. As the sweep's policy says, it is reported, or with ``redrive``
+dispatched again (the same task id: its guard runs one copy; it goes as the
+attempt after the recorded one), at most ``max_redrives`` times
+(``redispatchContinuation`` rechecks it on Redis's clock and counts it), then
+reported only. Each copy dispatched again has a span to begin before the next.
+"""
+
+from taskiq_fanin.context import FanInContext
+from taskiq_fanin.groups import index
+from taskiq_fanin.groups.finalising import finalise
+from taskiq_fanin.model.config import ms
+from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.records import GroupMeta
+from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
+
+
+async def judge(
+    ctx: FanInContext,
+    finding: Finding,
+    meta: GroupMeta,
+    *,
+    redrive: bool,
+    dry_run: bool,
+    claimant: str,
+) -> Finding | None:
+    """Make ``finding`` an overdue continuation's and, unless ``dry_run``, act.
+
+    Its ``redrives``: the continuation's re-dispatches (not its members').
+    ``claimant``: who the sweep finalises as. ``None``: on its way after all, on
+    Redis's clock (looked at again a lease later).
+    """
+    finding.kind = FindingKind.CONTINUATION_OVERDUE
+    finding.action = SweepAction.REDISPATCH if redrive else SweepAction.REPORT
+    finding.redrives = meta.continuation_redrives
+    if redrive and meta.continuation_redrives >= ctx.config.max_redrives:
+        _capped(finding, meta.continuation_redrives)
+    if dry_run:
+        return finding
+    if finding.action is SweepAction.REDISPATCH:
+        after = await _dispatch_again(ctx, finding, meta, claimant)
+        if after is None:
+            await index.reschedule(ctx, finding.group_id, ms(ctx.config.lease))
+            return None
+    else:
+        finding.applied, after = True, 0  # reported: seen in turn with the others
+    await index.reschedule(ctx, finding.group_id, after)
+    return finding
+
+
+async def _dispatch_again(
+    ctx: FanInContext, finding: Finding, meta: GroupMeta, claimant: str
+) -> int | None:
+    """Dispatch it again unless its re-dispatches are used up; when to look again.
+
+    ``None``: not overdue after all (``redispatchContinuation``).
+    """
+    group_id = finding.group_id
+    checked = await ctx.scripts.redispatch_continuation(
+        GroupKeys(ctx.config.prefix, group_id),
+        token=meta.token,
+        max_redrives=ctx.config.max_redrives,
+    )
+    finding.redrives = checked.redrives
+    if not checked.overdue:
+        return None
+    finding.applied = True
+    if not checked.dispatch:
+        _capped(finding, checked.redrives)
+        return 0
+    await finalise(
+        ctx, group_id, meta.token, claimant=claimant, attempt=checked.attempt
+    )
+    # The copy's span to begin (begun, its run lease renewed meanwhile).
+    return max(meta.deadline_ms, ms(ctx.config.lease))
+
+
+def _capped(finding: Finding, redrives: int) -> None:
+    """Its re-dispatches are used up: reported only."""
+    finding.action = SweepAction.REPORT
+    used = (
+        f"not dispatched again: {redrives} re-dispatches used (max_redrives);"
+        " it runs only if a copy of it still comes"
+    )
+    finding.note = "; ".join(filter(None, (finding.note, used)))
