@@ -345,6 +345,51 @@ async def test_a_lost_on_error_is_kicked_again_at_most_max_redrives_times(
     assert indexed is not None
 
 
+async def test_a_re_kick_whose_kick_failed_is_not_counted_and_goes_again(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Its ``on_error``'s kick lost, the sweep's one re-kick (``max_redrives=1``)
+    meets a broker error: nothing was sent, so nothing is counted, and the next
+    sweep kicks it (counting what was sent): it runs."""
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, deadline=SHORT, finaliser_lease=SHORT, max_redrives=1
+    )
+    chains = FailingChains(broker)
+    seen: list[tuple[SweepAction, int]] = []
+    async with worker(broker, max_async_tasks=4) as receiver:
+        broker.drop = {"rk~on_error"}
+        await chains.failed("rk")
+
+        async def lost() -> bool:
+            report = await sweep(fanin, dry_run=True)
+            return any(f.kind is FindingKind.ON_ERROR_LOST for f in report.findings)
+
+        await eventually(lost, interval=0.05, what="on_error to be lost")
+        broker.fail_after = broker.sent  # the sweep's kick meets a broker error
+        failed = await sweep(fanin, policy="redrive")
+        broker.fail_after = None
+        counted = await fanin.context.redis.hget(
+            ChainKeys(key_prefix, "rk").record, "on_error_redrives"
+        )
+
+        async def ran() -> bool:
+            report = await sweep(fanin, policy="redrive")
+            seen.extend(
+                (f.action, f.redrives)
+                for f in report.findings
+                if f.kind is FindingKind.ON_ERROR_LOST
+            )
+            return bool(chains.ended)
+
+        await eventually(ran, timeout=10, interval=0.1, what="on_error to run")
+        await drained(broker, receiver)
+
+    assert failed.findings == []  # its kick raised: reported in the log
+    assert counted in (None, b"0")
+    assert seen == [(SweepAction.REDISPATCH, 1)]
+    assert [(f.chain_id, f.step) for f in chains.ended] == [("rk", 0)]
+
+
 async def _last_note(fanin: FanInMiddleware, chain_id: str) -> str:
     """The note of what a sweep now finds of the chain (a dry run)."""
     await fanin.context.redis.zadd(

@@ -568,6 +568,59 @@ async def test_a_continuation_lost_every_time_is_dispatched_again_at_most_max_re
     assert ran == []
 
 
+async def test_a_redispatch_whose_kick_failed_is_not_counted_and_goes_again(
+    redis_url: str, key_prefix: str
+) -> None:
+    """The finaliser's copy of the continuation is lost; the sweep's one
+    re-dispatch (``max_redrives=1``) meets a broker error: nothing was sent, so
+    nothing is counted, and the next sweep sends it (counting what was sent)."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, sent, finaliser_lease=SHORT, max_redrives=1
+    )
+    ran: list[GroupResult] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        ran.append(result)
+
+    broker.drop = {"kf~then"}
+    async with worker(broker, max_async_tasks=5) as receiver:
+        members = [Signature.of(member, i) for i in range(2)]
+        await group(members, then=then, group_id="kf", deadline=SHORT).kiq(broker)
+        await eventually(lambda: _state_is(fanin, "kf", "dispatched"), what="dispatch")
+        await eventually(lambda: _continuation_overdue(fanin), what="its deadline")
+        broker.fail_after = broker.sent  # the sweep's kick meets a broker error
+        failed = await sweep(fanin, policy="redrive")
+        broker.fail_after = None
+        counted = await fanin.context.redis.hget(
+            GroupKeys(key_prefix, "kf").meta, "continuation_redrives"
+        )
+        seen: list[tuple[SweepAction, int]] = []
+
+        async def ran_once_swept() -> bool:
+            report = await sweep(fanin, policy="redrive")
+            seen.extend(
+                (f.action, f.redrives)
+                for f in report.findings
+                if f.kind is FindingKind.CONTINUATION_OVERDUE
+            )
+            return bool(ran)
+
+        await eventually(ran_once_swept, timeout=10, interval=0.1, what="it ran")
+        await drained(broker, receiver)
+
+    assert failed.findings == []  # its kick raised: reported in the log
+    assert counted in (None, b"0")
+    assert seen == [(SweepAction.REDISPATCH, 1)]
+    assert [result.results for result in ran] == [[0, 1]]
+    assert sent.executions_of(then.task_name) == 1
+
+
 async def _state_is(fanin: FanInMiddleware, group_id: str, state: str) -> bool:
     return (await group_status(fanin, group_id)).state.value == state
 
