@@ -42,6 +42,7 @@ from taskiq_fanin.models import ChainState
 from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.keys import ChainKeys, chain_index_key
 from taskiq_fanin.store.pipeline import PipelineBatcher
+from taskiq_fanin.store.rechecks import Lost
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.replies import Begin, Failed
 from taskiq_fanin.sweep import chains as sweep_chains
@@ -678,6 +679,34 @@ async def test_a_failed_attempt_of_on_error_lets_its_retry_run(
     found = await _state(client, keys)
     assert (found.on_error_state, found.on_error_until) == ("running", 0)
     assert await begin("a1-copy", 1) is Begin.RUN
+
+
+async def test_a_lost_on_errors_check_writes_nothing_and_its_count_counts_once(
+    client: Redis, key_prefix: str
+) -> None:
+    """``checkOnError`` answers lost, capped or on its way on Redis's clock and
+    writes nothing; ``countRekick`` counts a re-kick once its kick went."""
+    scripts, keys = await _failed_chain(client, key_prefix)
+
+    async def check() -> tuple[Lost, int, int]:
+        return tuple(
+            await scripts.check_on_error(
+                keys, token="tok", max_redrives=1, span_ms=60_000
+            )
+        )
+
+    assert await check() == (Lost.ON_ITS_WAY, 0, 0)  # within its span
+    await client.hset(keys.record, mapping={"finished": 1, "span": 1})
+    assert await check() == (Lost.LOST, 0, 0)  # no copy began
+    assert await check() == (Lost.LOST, 0, 0)  # a check counts nothing
+    assert await scripts.count_rekick(keys, token="other") is None
+    assert await scripts.count_rekick(keys, token="tok") == 1
+    assert await check() == (Lost.CAPPED, 1, 0)
+    assert await _beginner(scripts, keys, "tok")("d1") is Begin.RUN
+    assert await check() == (Lost.ON_ITS_WAY, 1, 0)  # its lease holds
+    assert await scripts.complete_on_error(keys, token="tok")
+    assert await check() == (Lost.ON_ITS_WAY, 1, 0)
+    assert await scripts.count_rekick(keys, token="tok") is None
 
 
 async def test_the_attempt_recorded_for_on_error_never_goes_down(

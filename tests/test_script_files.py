@@ -15,6 +15,7 @@ from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.pipeline import Command, PipelineBatcher
+from taskiq_fanin.store.rechecks import Lost
 from taskiq_fanin.store.replies import (
     REPLY_CODES,
     Advanced,
@@ -40,10 +41,14 @@ ANSWERS: dict[str, type[enum.IntEnum] | None] = {
     "beginFailingChain": Failed,
     "beginOnError": Begin,
     "beginStep": Begin,
+    "checkContinuation": Lost,
+    "checkOnError": Lost,
     "cancelChain": Cancel,
     "cancelGroup": Applied,
     "collectOutcomes": None,
     "completeOnError": Applied,
+    "countRedispatch": Applied,
+    "countRekick": Applied,
     "createGroup": Created,
     "endFailingChain": Applied,
     "finishChain": Finished,
@@ -58,10 +63,8 @@ ANSWERS: dict[str, type[enum.IntEnum] | None] = {
     "markSettled": Applied,
     "reclaimFinaliser": Applied,
     "recordOutcome": Recorded,
-    "redispatchContinuation": Applied,
     "redriveChain": Applied,
     "redriveGroup": Applied,
-    "redriveOnError": Applied,
     "releaseContinuation": Applied,
     "releaseLock": Applied,
     "releaseOnError": Applied,
@@ -222,7 +225,8 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     await groups.give_up(group, token=token, lease_ms=1_000, claimant="s")
     await groups.collect_outcomes(group, token=token)
     await groups.reclaim_finaliser(group, token=token, lease_ms=1_000, claimant="s")
-    await groups.redispatch_continuation(group, token=token, max_redrives=1)
+    await groups.check_continuation(group, token=token, max_redrives=1)
+    await groups.count_redispatch(group, token=token)
     args = {"token": token, "dispatched": "then", "tombstone_ms": 1_000}
     await groups.mark_dispatched(group, **args, claimant="s")
     await groups.begin_continuation(
@@ -261,7 +265,8 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
     await chains.release_on_error(
         chain, token=token, attempt=0, delivery="d", span_ms=1_000
     )
-    await chains.redrive_on_error(chain, token=token, max_redrives=1, span_ms=1_000)
+    await chains.check_on_error(chain, token=token, max_redrives=1, span_ms=1_000)
+    await chains.count_rekick(chain, token=token)
     await chains.complete_on_error(chain, token=token)
     await chains.mark_settled(chain, token=token)
     await chains.finish(chain, token=token, step=1, delivery="d")

@@ -13,6 +13,7 @@ from taskiq_fanin.store.chain_scripts import ChainScripts
 from taskiq_fanin.store.group_scripts import GroupScripts
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher
+from taskiq_fanin.store.rechecks import Lost
 from taskiq_fanin.store.replies import (
     Begin,
     CollectedOutcomes,
@@ -677,18 +678,19 @@ async def test_a_step_copy_begun_after_its_attempt_released_is_not_taken_over(
 async def test_an_overdue_continuation_is_dispatched_again_at_most_a_bound_of_times(
     client: Redis, keys: GroupKeys
 ) -> None:
-    """``redispatchContinuation`` rechecks it on Redis's clock (a span past its
-    dispatch or its last re-dispatch, no run lease held), counts each
-    re-dispatch up to the bound, answers the attempt after the recorded one,
-    and never moves the state."""
+    """``checkContinuation`` rechecks it on Redis's clock (a span past its
+    dispatch or its last re-dispatch, no run lease held) and writes nothing;
+    ``countRedispatch`` counts a re-dispatch once its kick went; the check
+    caps at the bound, answers the attempt after the recorded one, and the
+    state never moves."""
     scripts = scripts_on(client)
     await create(scripts, keys, total=1)
     await record(scripts, keys, 0)
     assert await dispatch(scripts, keys)
 
-    async def again(token: str = TOKEN) -> tuple[bool, int, bool, int]:
+    async def check(token: str = TOKEN) -> tuple[Lost, int, int]:
         return tuple(
-            await scripts.redispatch_continuation(keys, token=token, max_redrives=2)
+            await scripts.check_continuation(keys, token=token, max_redrives=2)
         )
 
     async def span_passes() -> None:
@@ -696,19 +698,24 @@ async def test_an_overdue_continuation_is_dispatched_again_at_most_a_bound_of_ti
             keys.meta, mapping={"dispatched_at": 1, "continuation_redriven_at": 1}
         )
 
-    assert await again() == (False, 0, False, 0)  # within its span
+    assert await check() == (Lost.ON_ITS_WAY, 0, 0)  # within its span
     await span_passes()
-    assert await again("other") == (False, 0, False, 0)
-    assert await again() == (True, 1, True, 0)  # none began: attempt 0
-    assert await again() == (False, 1, False, 0)  # its copy's span to begin
+    assert await check("other") == (Lost.ON_ITS_WAY, 0, 0)
+    assert await check() == (Lost.LOST, 0, 0)  # none began: attempt 0
+    assert await check() == (Lost.LOST, 0, 0)  # a check counts nothing
+    assert await scripts.count_redispatch(keys, token="other") is None
+    assert await scripts.count_redispatch(keys, token=TOKEN) == 1
+    assert await check() == (Lost.ON_ITS_WAY, 1, 0)  # its copy's span to begin
     await span_passes()
     assert await begin(scripts, keys) is Begin.RUN
-    assert await again() == (False, 1, False, 0)  # its run lease holds
+    assert await check() == (Lost.ON_ITS_WAY, 1, 0)  # its run lease holds
     await lease_runs_out(client, keys)
-    assert await again() == (True, 2, True, 1)  # after the recorded attempt
+    assert await check() == (Lost.LOST, 1, 1)  # after the recorded attempt
+    assert await scripts.count_redispatch(keys, token=TOKEN) == 2
     await span_passes()
-    assert await again() == (False, 2, True, 1)  # used up
+    assert await check() == (Lost.CAPPED, 2, 1)  # used up
     assert await client.hget(keys.meta, "continuation_redrives") == b"2"
     assert await client.hget(keys.meta, "state") == b"running"
     await scripts.mark_completed(keys, token=TOKEN, tombstone_ms=5_000)
-    assert await again() == (False, 2, False, 0)
+    assert await check() == (Lost.ON_ITS_WAY, 2, 0)
+    assert await scripts.count_redispatch(keys, token=TOKEN) is None

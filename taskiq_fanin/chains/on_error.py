@@ -91,7 +91,7 @@ async def kick_again(
     """Kick a failed chain's ``on_error`` again, as its failure kicked it (the sweep).
 
     Its run guard lets this copy run only if no other copy holds the lease and
-    none ran to its end. ``attempt``: as which it goes (``redriveOnError``: the
+    none ran to its end. ``attempt``: as which it goes (``checkOnError``: the
     one after the recorded attempt, so that no late copy of a lost one, nor the
     retry it kicked, takes the lease over from this one).
     """

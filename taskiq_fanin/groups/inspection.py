@@ -27,7 +27,7 @@ def due_at(meta: GroupMeta, state: GroupState) -> int:
     Its deadline while open (a windowed group's slides); a claimed group's at
     once, unless its finaliser's lease holds (:func:`leased`); a dispatched
     continuation's a span after its dispatch, or after the sweep last
-    dispatched it again (as ``redispatchContinuation`` rechecks it).
+    dispatched it again (as ``checkContinuation`` rechecks it).
     """
     if state in (GroupState.DISPATCHED, GroupState.RUNNING):
         since = max(meta.dispatched_at or 0, meta.continuation_redriven_at or 0)

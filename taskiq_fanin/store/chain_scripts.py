@@ -4,11 +4,12 @@ Every transition is one script on the record's own slot; calls go through the
 shared :class:`PipelineBatcher`, so a burst of chains shares a few connections.
 """
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from taskiq_fanin.store.client import RedisClient
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys
 from taskiq_fanin.store.pipeline import PipelineBatcher
+from taskiq_fanin.store.rechecks import Recheck, recheck
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.store.records.fields import text
 from taskiq_fanin.store.replies import (
@@ -25,19 +26,6 @@ from taskiq_fanin.store.replies import (
 from taskiq_fanin.store.scripts import Scripts
 
 Args = list[str | int]
-
-
-class OnErrorRedrive(NamedTuple):
-    """The sweep's recheck of a lost error continuation (``redriveOnError``)."""
-
-    #: Kick it again now (counted in ``redrives``).
-    kick: bool
-    #: Its re-kicks so far.
-    redrives: int
-    #: Still lost on Redis's clock (``False``: on its way after all).
-    lost: bool
-    #: The attempt the copy goes as (``_retries``).
-    attempt: int
 
 
 class ChainScripts:
@@ -233,18 +221,17 @@ class ChainScripts:
         reply = await self._call_record("releaseOnError", keys, args)
         return Applied(reply) is Applied.APPLIED
 
-    async def redrive_on_error(
+    async def check_on_error(
         self, keys: ChainKeys, *, token: str, max_redrives: int, span_ms: int
-    ) -> "OnErrorRedrive":
-        """Recheck a lost error continuation and count a re-kick, at most a bound."""
+    ) -> Recheck:
+        """Is an error continuation lost, on Redis's clock? It writes nothing."""
         args: Args = [token, max_redrives, span_ms]
-        reply = await self._call_record("redriveOnError", keys, args)
-        return OnErrorRedrive(
-            kick=Applied(reply[0]) is Applied.APPLIED,
-            redrives=int(reply[1]),
-            lost=bool(int(reply[2])),
-            attempt=int(reply[3]),
-        )
+        return recheck(await self._call_record("checkOnError", keys, args))
+
+    async def count_rekick(self, keys: ChainKeys, *, token: str) -> int | None:
+        """Count a re-kick whose kick returned: the count; ``None``: over."""
+        code, redrives = await self._call_record("countRekick", keys, [token])
+        return int(redrives) if Applied(code) is Applied.APPLIED else None
 
     async def complete_on_error(self, keys: ChainKeys, *, token: str) -> bool:
         """The error continuation ran to its end: no copy of it runs any more."""

@@ -4,25 +4,11 @@
 the workers and the callers call: each of its methods one script call.
 """
 
-from typing import NamedTuple
-
 from taskiq_fanin.store import replies
 from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.rechecks import Recheck, recheck
 from taskiq_fanin.store.replies import Applied, GivenUp, Inspected, Redriven
 from taskiq_fanin.store.scripts import Scripts
-
-
-class Redispatch(NamedTuple):
-    """The sweep's recheck of an overdue continuation (``redispatchContinuation``)."""
-
-    #: Dispatch it again now (counted in ``redrives``).
-    dispatch: bool
-    #: Its re-dispatches so far.
-    redrives: int
-    #: Still overdue on Redis's clock (``False``: on its way after all).
-    overdue: bool
-    #: The attempt the copy goes as (after the recorded one, if a copy began).
-    attempt: int
 
 
 class GroupSweepScripts:
@@ -82,21 +68,19 @@ class GroupSweepScripts:
         reply = await reclaim(keys=[keys.meta, keys.claim], args=args)
         return Applied(reply) is Applied.APPLIED
 
-    async def redispatch_continuation(
+    async def check_continuation(
         self, keys: GroupKeys, *, token: str, max_redrives: int
-    ) -> Redispatch:
-        """Recheck an overdue continuation and count a re-dispatch, at most a bound.
+    ) -> Recheck:
+        """Is an overdue continuation lost, on Redis's clock? It writes nothing.
 
-        Overdue on Redis's clock: dispatched or running, no run lease held, a
-        span past its dispatch (or its last re-dispatch). The state never moves.
+        Lost: dispatched or running, no run lease held, a span past its
+        dispatch (or its last re-dispatch); capped past ``max_redrives``.
         """
-        redispatch = self._scripts["redispatchContinuation"]
-        code, redrives, overdue, attempt = await redispatch(
-            keys=[keys.meta], args=[token, max_redrives]
-        )
-        return Redispatch(
-            dispatch=Applied(code) is Applied.APPLIED,
-            redrives=int(redrives),
-            overdue=bool(int(overdue)),
-            attempt=int(attempt),
-        )
+        check = self._scripts["checkContinuation"]
+        return recheck(await check(keys=[keys.meta], args=[token, max_redrives]))
+
+    async def count_redispatch(self, keys: GroupKeys, *, token: str) -> int | None:
+        """Count a re-dispatch whose kick returned: the count; ``None``: over."""
+        count = self._scripts["countRedispatch"]
+        code, redrives = await count(keys=[keys.meta], args=[token])
+        return int(redrives) if Applied(code) is Applied.APPLIED else None

@@ -1,9 +1,7 @@
 """What the scripts answer, typed: codes as enums, replies as dataclasses.
 
-The codes are defined here once: the scripts' prelude renders every enum of
-``REPLY_CODES`` as a Lua table, and a script returns ``Recorded.CLAIMED``,
-never a bare number. A script result never needs string parsing beyond what is
-done here once.
+Codes are defined once (the sweep's rechecks' in ``rechecks``) and rendered
+into the prelude (``REPLY_CODES``): a script answers ``Recorded.CLAIMED``.
 """
 
 import enum
@@ -11,6 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from taskiq_fanin.store.rechecks import Lost
 from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.records.fields import text
 
@@ -129,6 +128,7 @@ REPLY_CODES: tuple[type[enum.IntEnum], ...] = (
     Finished,
     Failed,
     Cancel,
+    Lost,
 )
 
 

@@ -27,7 +27,9 @@ _FOLDER = resources.files(__package__).joinpath("lua")
 PRELUDE = "prelude.lua"
 _NAMED = re.compile(r"(?P<name>[a-z][A-Za-z]+)-(?P<keys>\d+)\.lua")
 #: The scripts that write nothing: under replicated durability, no WAIT follows.
-READS = frozenset({"inspectChain", "inspectGroup", "listDue"})
+READS = frozenset(
+    {"checkContinuation", "checkOnError", "inspectChain", "inspectGroup", "listDue"}
+)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ ran out (its worker renews it while the body runs), or when no copy began
 within the chain's step span of its failure; then, as the sweep's policy says,
 it is reported, or with ``redrive`` kicked again (the same task id: its guard
 runs one copy; it goes as the attempt after the recorded one), at most
-``max_redrives`` times (``redriveOnError`` rechecks it on Redis's clock and
-counts it), then reported only. An attempt that released the lease for a retry
+``max_redrives`` times, then reported only: ``checkOnError`` rechecks it on
+Redis's clock (writing nothing), the sweep kicks it, and ``countRekick``
+counts the kick once it returned, so a kick that failed spends no count (the
+next sweep kicks it again). An attempt that released the lease for a retry
 middleware's next attempt is left to that middleware for a span; past it, the
 retry is lost too.
 """
@@ -20,6 +22,7 @@ from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.model.results import SweepPolicy
+from taskiq_fanin.store.rechecks import Lost
 from taskiq_fanin.store.records import ChainRecord
 from taskiq_fanin.sweep import known
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
@@ -90,22 +93,28 @@ async def _kick_again(
 ) -> int | None:
     """Kick it again unless its re-kicks are used up; when to look again (ms).
 
-    ``None``: not lost after all, rechecked on Redis's clock (``redriveOnError``).
+    ``None``: not lost after all, rechecked on Redis's clock (``checkOnError``).
+    Counted only once its kick returned (``countRekick``): a kick that raised
+    spends nothing.
     """
-    redriven = await ctx.chain_scripts.redrive_on_error(
-        record.keys_of(ctx, chain_id),
+    keys = record.keys_of(ctx, chain_id)
+    checked = await ctx.chain_scripts.check_on_error(
+        keys,
         token=chain.token,
         max_redrives=ctx.config.max_redrives,
         span_ms=ms(ctx.config.deadline),
     )
-    finding.redrives = redriven.redrives
-    if not redriven.lost:
+    finding.redrives = checked.redrives
+    if checked.lost is Lost.ON_ITS_WAY:
         return None
-    if not redriven.kick:
-        finding.applied = not _capped(finding, redriven.redrives)
+    if checked.lost is Lost.CAPPED:
+        finding.applied = not _capped(finding, checked.redrives)
         return 0
-    await on_error.kick_again(ctx, cursor, chain, attempt=redriven.attempt)
+    await on_error.kick_again(ctx, cursor, chain, attempt=checked.attempt)
     finding.applied = True
+    counted = await ctx.chain_scripts.count_rekick(keys, token=chain.token)
+    # Not counted (``None``): it ended meanwhile; this copy went all the same.
+    finding.redrives = checked.redrives + 1 if counted is None else counted
     return due.deadline_ms(ctx, chain)  # time for the copy to begin
 
 
@@ -125,7 +134,7 @@ def _lost_at(ctx: FanInContext, chain: ChainRecord, now: int) -> tuple[int, str]
     A copy that began: when its run lease runs out; released for its retry,
     when the retry was due to have begun (``on_error_retry_by``; a record from
     before it: looked at again a lease later). None began: a step span after
-    the chain failed. As ``redriveOnError`` rechecks it.
+    the chain failed. As ``checkOnError`` rechecks it.
     """
     if chain.on_error_state == on_error.RUNNING:
         if chain.on_error_until:

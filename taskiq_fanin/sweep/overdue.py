@@ -4,9 +4,11 @@ Dispatched (or running) and not completed a span after its dispatch, with no
 copy's run lease held: its message was lost, or every worker that began it
 died. As the sweep's policy says, it is reported, or with ``redrive``
 dispatched again (the same task id: its guard runs one copy; it goes as the
-attempt after the recorded one), at most ``max_redrives`` times
-(``redispatchContinuation`` rechecks it on Redis's clock and counts it), then
-reported only. Each copy dispatched again has a span to begin before the next.
+attempt after the recorded one), at most ``max_redrives`` times, then reported
+only: ``checkContinuation`` rechecks it on Redis's clock (writing nothing),
+the sweep kicks it, and ``countRedispatch`` counts the kick once it returned,
+so a kick that failed spends no count (the next sweep dispatches it again).
+Each copy dispatched again has a span to begin before the next.
 """
 
 from taskiq_fanin.context import FanInContext
@@ -14,6 +16,7 @@ from taskiq_fanin.groups import index
 from taskiq_fanin.groups.finalising import finalise
 from taskiq_fanin.model.config import ms
 from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.store.rechecks import Lost
 from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
 
@@ -56,24 +59,27 @@ async def _dispatch_again(
 ) -> int | None:
     """Dispatch it again unless its re-dispatches are used up; when to look again.
 
-    ``None``: not overdue after all (``redispatchContinuation``).
+    ``None``: not overdue after all (``checkContinuation``). Counted only once
+    its kick returned (``countRedispatch``): a kick that raised spends nothing.
     """
     group_id = finding.group_id
-    checked = await ctx.scripts.redispatch_continuation(
-        GroupKeys(ctx.config.prefix, group_id),
-        token=meta.token,
-        max_redrives=ctx.config.max_redrives,
+    keys = GroupKeys(ctx.config.prefix, group_id)
+    checked = await ctx.scripts.check_continuation(
+        keys, token=meta.token, max_redrives=ctx.config.max_redrives
     )
     finding.redrives = checked.redrives
-    if not checked.overdue:
+    if checked.lost is Lost.ON_ITS_WAY:
         return None
     finding.applied = True
-    if not checked.dispatch:
+    if checked.lost is Lost.CAPPED:
         _capped(finding, checked.redrives)
         return 0
     await finalise(
         ctx, group_id, meta.token, claimant=claimant, attempt=checked.attempt
     )
+    counted = await ctx.scripts.count_redispatch(keys, token=meta.token)
+    # Not counted (``None``): it ended meanwhile; this copy went all the same.
+    finding.redrives = checked.redrives + 1 if counted is None else counted
     # The copy's span to begin (begun, its run lease renewed meanwhile).
     return max(meta.deadline_ms, ms(ctx.config.lease))
 

@@ -107,7 +107,7 @@ class ChainRecord:
     on_error_released: str = ""
     #: Released for its retry: when the retry is due to have begun (epoch ms).
     on_error_retry_by: int = 0
-    #: How many times the sweep kicked it again (``redriveOnError``).
+    #: How many times the sweep kicked it again (``countRekick``).
     on_error_redrives: int = 0
     #: The sweep settled its end once (``markSettled``): a watched chain's.
     settled: bool = False

@@ -123,7 +123,7 @@ class GroupMeta:
     #: copy of that attempt began since (no later attempt takes it over), ''.
     run_released: str = ""
     #: How many times the sweep dispatched an overdue continuation again, and
-    #: when last (``redispatchContinuation``; at most ``max_redrives``).
+    #: when last (``countRedispatch``; at most ``max_redrives``).
     continuation_redrives: int = 0
     continuation_redriven_at: int | None = None
 
