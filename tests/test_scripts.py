@@ -719,3 +719,32 @@ async def test_an_overdue_continuation_is_dispatched_again_at_most_a_bound_of_ti
     await scripts.mark_completed(keys, token=TOKEN, tombstone_ms=5_000)
     assert await check() == (Lost.ON_ITS_WAY, 2, 0)
     assert await scripts.count_redispatch(keys, token=TOKEN) is None
+
+
+async def test_a_released_attempt_whose_retry_is_on_its_way_is_not_overdue(
+    client: Redis, keys: GroupKeys
+) -> None:
+    """An attempt that failed released its run lease for its retry: nothing is
+    lost until the retry was due to have begun (a span after the release,
+    ``run_retry_by``), however long ago the continuation was dispatched."""
+    scripts = scripts_on(client)
+    await create(scripts, keys, total=1)
+    await record(scripts, keys, 0)
+    assert await dispatch(scripts, keys)
+    await client.hset(keys.meta, "dispatched_at", 1)  # the body ran past a span
+    assert await begin(scripts, keys) is Begin.RUN
+    # It fails: the retry middleware kicked attempt 1 (a delay), then released.
+    assert await scripts.release_continuation(
+        keys, token=TOKEN, attempt=0, delivery="c1"
+    )
+
+    async def check() -> tuple[Lost, int, int]:
+        return tuple(
+            await scripts.check_continuation(keys, token=TOKEN, max_redrives=2)
+        )
+
+    assert await check() == (Lost.ON_ITS_WAY, 0, 0)  # the retry is on its way
+    await client.hset(keys.meta, "run_retry_by", 1)  # its span to begin passed
+    assert await check() == (Lost.LOST, 0, 1)  # the retry was lost: attempt 1
+    assert await begin(scripts, keys, attempt=1, delivery="c2") is Begin.RUN
+    assert await check() == (Lost.ON_ITS_WAY, 0, 0)  # the retry holds the lease
