@@ -5,7 +5,9 @@
   (countRedispatch), so a kick that failed spends no count. Overdue means:
   dispatched or running, with no run lease held (no copy running, or its
   worker died), a span past its dispatch, or past the sweep's last re-dispatch
-  of it (each copy has its span to begin).
+  of it (each copy has its span to begin); a lease released for its retry
+  (run_released, by releaseContinuation), past its retry's span to begin
+  (run_retry_by) as well: until then the retry is on its way, not lost.
 
   The copy goes as the attempt after the recorded one when a copy began (it
   counts as a failed attempt, so no late copy of it, nor the retry it kicked,
@@ -23,7 +25,8 @@
   lease held, or within its span after all).
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'dispatched_at', 'span',
-  'run_until', 'run_attempt', 'continuation_redrives', 'continuation_redriven_at')
+  'run_until', 'run_attempt', 'continuation_redrives', 'continuation_redriven_at',
+  'run_released', 'run_retry_by')
 local redrives = tonumber(meta[7]) or 0
 local state = meta[2]
 if meta[1] ~= ARGV[1] or (state ~= 'dispatched' and state ~= 'running') then
@@ -31,15 +34,20 @@ if meta[1] ~= ARGV[1] or (state ~= 'dispatched' and state ~= 'running') then
 end
 local now = now_ms()
 local since = math.max(tonumber(meta[3]) or 0, tonumber(meta[8]) or 0)
-if since + (tonumber(meta[4]) or 0) > now then
-  return {Lost.ON_ITS_WAY, redrives, 0}
-end
+local lost_at = since + (tonumber(meta[4]) or 0)
 local attempt = 0
 if state == 'running' then
   if (tonumber(meta[5]) or 0) > now then
     return {Lost.ON_ITS_WAY, redrives, 0}  -- a copy runs: its lease holds
   end
+  if meta[9] == RELEASED then
+    -- Its retry's span to begin (a release from before run_retry_by: none).
+    lost_at = math.max(lost_at, tonumber(meta[10]) or 0)
+  end
   attempt = (tonumber(meta[6]) or 0) + 1
+end
+if lost_at > now then
+  return {Lost.ON_ITS_WAY, redrives, 0}
 end
 if redrives >= tonumber(ARGV[2]) then
   return {Lost.CAPPED, redrives, attempt}

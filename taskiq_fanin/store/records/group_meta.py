@@ -10,6 +10,10 @@ from taskiq_fanin.model.results import FailurePolicy, GroupState, SweepPolicy
 from taskiq_fanin.model.signature import Signature
 from taskiq_fanin.store.records.fields import RawHash, as_int, as_text, as_time
 
+#: A run lease's mark once its attempt released it for its retry (the Lua
+#: prelude's ``RELEASED``).
+RELEASED = "released"
+
 
 def _ledger_entry(value: Signature | None) -> str:
     return value.to_ledger() if value is not None else ""
@@ -63,6 +67,7 @@ class GroupMeta:
         "run_attempt": "run_attempt",
         "run_by": "run_by",
         "run_released": "run_released",
+        "run_retry_by": "run_retry_by",
         "continuation_redrives": "continuation_redrives",
         "continuation_redriven_at": "continuation_redriven_at",
     }
@@ -122,6 +127,9 @@ class GroupMeta:
     #: 'released' once its attempt released it for its retry, 'rebegun' once a
     #: copy of that attempt began since (no later attempt takes it over), ''.
     run_released: str = ""
+    #: Released for its retry: when the retry is due to have begun (epoch ms;
+    #: ``releaseContinuation``): until then the sweep counts nothing lost.
+    run_retry_by: int | None = None
     #: How many times the sweep dispatched an overdue continuation again, and
     #: when last (``countRedispatch``; at most ``max_redrives``).
     continuation_redrives: int = 0
@@ -176,6 +184,7 @@ class GroupMeta:
             run_attempt=as_int(f, "run_attempt"),
             run_by=f.get("run_by", ""),
             run_released=f.get("run_released", ""),
+            run_retry_by=as_time(f, "run_retry_by"),
             continuation_redrives=as_int(f, "continuation_redrives"),
             continuation_redriven_at=as_time(f, "continuation_redriven_at"),
         )
@@ -189,6 +198,11 @@ class GroupMeta:
     def on_error(self) -> Signature | None:
         """The error continuation, parsed from its ledger entry."""
         return _signature(self.on_error_entry)
+
+    @property
+    def retry_due_at(self) -> int | None:
+        """Released for its retry: when the retry is due to have begun (else None)."""
+        return self.run_retry_by if self.run_released == RELEASED else None
 
     @property
     def released(self) -> int:
