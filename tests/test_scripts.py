@@ -748,3 +748,27 @@ async def test_a_released_attempt_whose_retry_is_on_its_way_is_not_overdue(
     assert await check() == (Lost.LOST, 0, 1)  # the retry was lost: attempt 1
     assert await begin(scripts, keys, attempt=1, delivery="c2") is Begin.RUN
     assert await check() == (Lost.ON_ITS_WAY, 0, 0)  # the retry holds the lease
+
+
+async def test_a_continuation_running_before_its_dispatch_was_recorded_has_a_span(
+    client: Redis, keys: GroupKeys
+) -> None:
+    """Its finaliser died between the kick and ``markDispatched``, and the copy
+    that began lost its worker: with no ``dispatched_at``, a span from the
+    group's claim counts, not from the epoch (overdue the moment its lease is
+    free)."""
+    scripts = scripts_on(client)
+    await create(scripts, keys, total=1)
+    await record(scripts, keys, 0)  # claimed; no dispatch recorded
+    assert await begin(scripts, keys) is Begin.RUN
+    await lease_runs_out(client, keys)
+
+    async def check() -> tuple[Lost, int, int]:
+        return tuple(
+            await scripts.check_continuation(keys, token=TOKEN, max_redrives=2)
+        )
+
+    assert await client.hget(keys.meta, "dispatched_at") is None
+    assert await check() == (Lost.ON_ITS_WAY, 0, 0)  # a span from its claim
+    await client.hset(keys.meta, mapping={"claimed_at": 1, "started_at": 1})
+    assert await check() == (Lost.LOST, 0, 1)
