@@ -27,11 +27,13 @@ def due_at(meta: GroupMeta, state: GroupState) -> int:
     Its deadline while open (a windowed group's slides); a claimed group's at
     once, unless its finaliser's lease holds (:func:`leased`); a dispatched
     continuation's a span after its dispatch, or after the sweep last
-    dispatched it again; a lease released for its retry, not before the
-    retry's span to begin (``run_retry_by``), as ``checkContinuation`` rechecks it.
+    dispatched it again (its claim's, its dispatch not recorded); a lease
+    released for its retry, not before the retry's span to begin
+    (``run_retry_by``), as ``checkContinuation`` rechecks it.
     """
     if state in (GroupState.DISPATCHED, GroupState.RUNNING):
-        since = max(meta.dispatched_at or 0, meta.continuation_redriven_at or 0)
+        sent = meta.dispatched_at or meta.claimed_at or meta.started_at
+        since = max(sent or 0, meta.continuation_redriven_at or 0)
         return max(since + meta.deadline_ms, meta.retry_due_at or 0)
     if state is GroupState.CLAIMED:
         return meta.claimed_at or 0

@@ -7,7 +7,10 @@
   worker died), a span past its dispatch, or past the sweep's last re-dispatch
   of it (each copy has its span to begin); a lease released for its retry
   (run_released, by releaseContinuation), past its retry's span to begin
-  (run_retry_by) as well: until then the retry is on its way, not lost.
+  (run_retry_by) as well: until then the retry is on its way, not lost. A
+  group running before its dispatch was recorded (its finaliser died between
+  the kick and markDispatched) has no dispatched_at: its claim's time stands
+  for it (else the copy's start), not 0.
 
   The copy goes as the attempt after the recorded one when a copy began (it
   counts as a failed attempt, so no late copy of it, nor the retry it kicked,
@@ -26,14 +29,15 @@
 ]]
 local meta = redis.call('HMGET', KEYS[1], 'token', 'state', 'dispatched_at', 'span',
   'run_until', 'run_attempt', 'continuation_redrives', 'continuation_redriven_at',
-  'run_released', 'run_retry_by')
+  'run_released', 'run_retry_by', 'claimed_at', 'started_at')
 local redrives = tonumber(meta[7]) or 0
 local state = meta[2]
 if meta[1] ~= ARGV[1] or (state ~= 'dispatched' and state ~= 'running') then
   return {Lost.ON_ITS_WAY, redrives, 0}
 end
 local now = now_ms()
-local since = math.max(tonumber(meta[3]) or 0, tonumber(meta[8]) or 0)
+local dispatched_at = tonumber(meta[3]) or tonumber(meta[11]) or tonumber(meta[12])
+local since = math.max(dispatched_at or 0, tonumber(meta[8]) or 0)
 local lost_at = since + (tonumber(meta[4]) or 0)
 local attempt = 0
 if state == 'running' then
