@@ -4,7 +4,10 @@ A group's overdue continuation (``checkContinuation``) and a failed chain's
 lost ``on_error`` (``checkOnError``) go the same way: a check that writes
 nothing (lost, or its re-kicks used up, on Redis's clock), the kick, and only
 once the kick returned a count of it (``countRedispatch``, ``countRekick``):
-what is counted was sent, so a kick that failed spends nothing.
+what is counted was sent, so a kick that failed spends nothing. Check then
+count is safe as sweeps are serialised by the sweep's lock (``sweep/run.py``):
+none acts between one's check and its count; two racing anyway (the lock ran
+out) at worst kick one extra copy, which its run guard keeps to one run.
 """
 
 import enum
