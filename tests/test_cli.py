@@ -279,7 +279,7 @@ async def test_status_of_a_failed_chain_says_what_became_of_its_on_error(
         table = await run_cli("status", chain_id, *app.options)
         as_json = await run_cli("status", chain_id, "--json", *app.options)
         assert table.code == as_json.code == 0, table.stderr + as_json.stderr
-        seen.append((_row(table.stdout, "on error"), as_json.json()["on_error"]))
+        seen.append((_row(table.stdout, "on error"), as_json.json()["on_error_state"]))
 
     await note()
     await app.fanin.pre_execute(kicked)  # a copy begins: its run guard lets it
@@ -297,7 +297,7 @@ async def test_status_of_a_failed_chain_says_what_became_of_its_on_error(
     ]
     assert _row(without.stdout, "state") == "failed"
     assert "on error" not in without.stdout
-    assert without_json.json()["on_error"] == "none"
+    assert without_json.json()["on_error_state"] == "none"
 
 
 async def test_status_of_a_finished_chain_shows_every_step_done(app) -> None:

@@ -29,7 +29,7 @@ from tests.harness import (
 async def on_error_is(
     fanin: FanInMiddleware, chain_id: str, state: OnErrorState
 ) -> bool:
-    return (await chain_status(fanin, chain_id)).on_error is state
+    return (await chain_status(fanin, chain_id)).on_error_state is state
 
 
 async def test_a_failed_chain_says_its_on_error_is_pending_running_then_completed(
@@ -57,7 +57,7 @@ async def test_a_failed_chain_says_its_on_error_is_pending_running_then_complete
 
     async def note() -> None:
         found = await chain_status(fanin, "v")
-        seen.append((found.state, found.on_error))
+        seen.append((found.state, found.on_error_state))
 
     async with worker(broker, max_async_tasks=4) as receiver:
         await chain(Signature.of(fails), on_error=chain_failed, chain_id="v").kiq(
@@ -114,7 +114,10 @@ async def test_a_failed_chain_whose_on_error_kick_was_lost_says_pending(
         await drained(broker, receiver)
         found = await chain_status(fanin, "lost")
 
-    assert (found.state, found.on_error) == (ChainState.FAILED, OnErrorState.PENDING)
+    assert (found.state, found.on_error_state) == (
+        ChainState.FAILED,
+        OnErrorState.PENDING,
+    )
 
 
 async def test_a_chain_without_on_error_says_none_and_so_does_a_missing_one(
@@ -136,8 +139,8 @@ async def test_a_chain_without_on_error_says_none_and_so_does_a_missing_one(
         found = await chain_status(fanin, "bare")
         missing = await chain_status(fanin, "no-such-chain")
 
-    assert (found.state, found.on_error) == (ChainState.FAILED, OnErrorState.NONE)
-    assert (missing.state, missing.on_error) == (
+    assert (found.state, found.on_error_state) == (ChainState.FAILED, OnErrorState.NONE)
+    assert (missing.state, missing.on_error_state) == (
         ChainState.MISSING,
         OnErrorState.NONE,
     )
@@ -175,7 +178,7 @@ def test_each_record_reads_as_the_on_error_state_it_holds() -> None:
         "failing": {**base, "state": "failing", "pending": _pending(on_error)},
     }
     found = {
-        what: status_from_record("c", ChainRecord.from_hash(raw)).on_error
+        what: status_from_record("c", ChainRecord.from_hash(raw)).on_error_state
         for what, raw in records.items()
     }
     assert found == {
@@ -190,7 +193,7 @@ def test_each_record_reads_as_the_on_error_state_it_holds() -> None:
         "cancelled": OnErrorState.NONE,
         "failing": OnErrorState.PENDING,
     }
-    assert status_from_record("c", ChainRecord()).on_error is OnErrorState.NONE
+    assert status_from_record("c", ChainRecord()).on_error_state is OnErrorState.NONE
 
 
 def test_the_states_a_copy_moves_through_are_the_record_s_own() -> None:

@@ -93,7 +93,7 @@ def status_from_record(
         failed_members=error.members if error else {},
         lost_members=error.lost if error else [],
         failures=found.failures,
-        on_error=on_error_state(found),
+        on_error_state=on_error_state(found),
         due=due,
         read_at=read_at,
     )

@@ -169,8 +169,8 @@ def chain_table(status: ChainStatus, now: datetime) -> RenderableType:
         ("failed step", _step(status, status.failed_step)),
         ("error", _error(status.error)),
     ]
-    if status.on_error is not OnErrorState.NONE:
-        rows.append(("on error", status.on_error.value))
+    if status.on_error_state is not OnErrorState.NONE:
+        rows.append(("on error", status.on_error_state.value))
     for name, value in rows:
         fields.add_row(name, value)
     steps = Table(box=box.SIMPLE_HEAD)

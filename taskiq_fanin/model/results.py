@@ -173,7 +173,8 @@ class OnErrorState(str, enum.Enum):
     #: A copy began and has not run to its end: it runs, waits for its retry,
     #: or its worker died (lost once its run lease runs out).
     RUNNING = "running"
-    #: A copy ran to its end (its last attempt): no copy runs again.
+    #: A copy ran to its end, its last attempt (it returned, or raised with no
+    #: retry left: not a success, a finish): no copy runs again.
     COMPLETED = "completed"
 
 
@@ -206,7 +207,7 @@ class ChainStatus(BaseModel):
     #: What became of its ``on_error``: ``none`` without one to run (none, or
     #: the chain did not fail), else ``pending`` until a copy began,
     #: ``running``, then ``completed``.
-    on_error: OnErrorState = OnErrorState.NONE
+    on_error_state: OnErrorState = OnErrorState.NONE
     #: When the step it is at counts as stuck: the chain's deadline after the
     #: record last moved or, waiting on a group step that is on time (a
     #: windowed group's deadline slides), that group's deadline (the sweep's
