@@ -621,6 +621,57 @@ async def test_a_redispatch_whose_kick_failed_is_not_counted_and_goes_again(
     assert sent.executions_of(then.task_name) == 1
 
 
+async def test_a_redispatch_whose_dispatch_record_failed_is_counted_all_the_same(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep's copy went, then recording the dispatch failed (Redis away,
+    or a refused ``WAIT``): the copy is counted all the same, so the cap holds;
+    uncounted, every sweep would send another, without end."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(
+        redis_url, key_prefix, sent, finaliser_lease=SHORT, max_redrives=1
+    )
+
+    @broker.task
+    async def member(index: int) -> int:
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        return None
+
+    async def refused(*args: object, **kwargs: object) -> bool:
+        raise ConnectionError("Redis went away after the kick")
+
+    seen: list[SweepAction] = []
+    broker.drop = {"md~then"}
+    async with worker(broker, max_async_tasks=5) as receiver:
+        members = [Signature.of(member, i) for i in range(2)]
+        await group(members, then=then, group_id="md", deadline=SHORT).kiq(broker)
+        await eventually(lambda: _state_is(fanin, "md", "dispatched"), what="dispatch")
+        monkeypatch.setattr(fanin.context.scripts, "mark_dispatched", refused)
+
+        async def reported_past_the_cap() -> bool:
+            broker.drop.add("md~then")  # this copy is lost too
+            report = await sweep(fanin, policy="redrive")
+            seen.extend(
+                f.action
+                for f in report.findings
+                if f.kind is FindingKind.CONTINUATION_OVERDUE
+            )
+            return SweepAction.REPORT in seen
+
+        await eventually(
+            reported_past_the_cap, timeout=10, interval=0.1, what="the cap"
+        )
+        await drained(broker, receiver)
+
+    # The finaliser's copy and the sweep's one (its finding lost with the
+    # error, reported in the log): no more.
+    assert len(sent.of_task(then.task_name)) == 2
+    assert seen == [SweepAction.REPORT]
+
+
 async def _state_is(fanin: FanInMiddleware, group_id: str, state: str) -> bool:
     return (await group_status(fanin, group_id)).state.value == state
 
