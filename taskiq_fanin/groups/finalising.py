@@ -6,6 +6,7 @@ returned; the sweep finalises for a claimant that died.
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
 
@@ -74,6 +75,7 @@ async def finalise(
     claimant: str,
     collected: CollectedOutcomes | None = None,
     attempt: int = 0,
+    kicked: Callable[[], Awaitable[object]] | None = None,
 ) -> None:
     """Enqueue the continuation of a claimed group, then release the claim.
 
@@ -83,7 +85,10 @@ async def finalise(
     task id and ``beginContinuation`` keep a second dispatch from running twice.
     ``claimant`` is the lease's holder: the lease is released if it still is.
     ``attempt``: the retry middlewares' count the continuation goes as (the
-    sweep's re-dispatch: the attempt after the one recorded).
+    sweep's re-dispatch: the attempt after the one recorded). ``kicked``:
+    awaited once the continuation's kick returned, before the dispatch is
+    recorded (the sweep counts its re-dispatch there: a copy that went is
+    counted even when recording the dispatch then fails).
     """
     keys = GroupKeys(ctx.config.prefix, group_id)
     if collected is None:
@@ -107,6 +112,8 @@ async def finalise(
         )
     finally:
         await rescoring
+    if kicked is not None and continuation is not None:
+        await kicked()
     dispatched = await ctx.scripts.mark_dispatched(
         keys,
         token=token,
@@ -115,7 +122,7 @@ async def finalise(
         claimant=claimant,
     )
     if not dispatched:
-        return  # a re-dispatch of an overdue continuation: already counted
+        return  # a re-dispatch of an overdue continuation: counted at the first
     metrics.GROUPS_FINALISED.labels(continuation=kind).inc()
     if continuation is None:
         await index.remove(ctx, group_id)

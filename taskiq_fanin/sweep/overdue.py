@@ -74,12 +74,24 @@ async def _dispatch_again(
     if checked.lost is Lost.CAPPED:
         _capped(finding, checked.redrives)
         return 0
+    counted: list[int | None] = []
+
+    async def count() -> None:
+        counted.append(await ctx.scripts.count_redispatch(keys, token=meta.token))
+
+    # Counted once the kick returned, before the dispatch is recorded: a copy
+    # that went is counted even when recording its dispatch then fails.
     await finalise(
-        ctx, group_id, meta.token, claimant=claimant, attempt=checked.attempt
+        ctx,
+        group_id,
+        meta.token,
+        claimant=claimant,
+        attempt=checked.attempt,
+        kicked=count,
     )
-    counted = await ctx.scripts.count_redispatch(keys, token=meta.token)
     # Not counted (``None``): it ended meanwhile; this copy went all the same.
-    finding.redrives = checked.redrives + 1 if counted is None else counted
+    (now_counted,) = counted or [None]
+    finding.redrives = checked.redrives + 1 if now_counted is None else now_counted
     # The copy's span to begin (begun, its run lease renewed meanwhile).
     return max(meta.deadline_ms, ms(ctx.config.lease))
 

@@ -3,7 +3,9 @@
   so, and its kick returned): count it, and note when, so the copy has a span
   to begin before the next. Counted after the kick, only what was sent is
   counted: a kick that failed (broker down, Redis away) spends nothing, and
-  the next sweep dispatches it again.
+  the next sweep dispatches it again. Counted before the dispatch is
+  recorded (finalise's ``kicked``): a copy that went is counted even when
+  that record then fails, which would otherwise repeat at every visit.
 
   Check, kick, count is safe because sweeps are serialised by the sweep lock:
   no other sweep dispatches it between this one's check and its count. Two
