@@ -119,8 +119,9 @@ def build(
     if lossy:
         broker.drop = set()  # type: ignore[attr-defined]
     fanin = FanInMiddleware(url, cluster=True, prefix=prefix, durability=durability)
-    # Counting goes after the FanInMiddleware: its post_execute runs later.
-    broker.with_middlewares(fanin, Counting(fanin))
+    # Counting goes before the FanInMiddleware: taskiq runs post_execute in
+    # reverse order, so a message counts as finished only once fan-in recorded it.
+    broker.with_middlewares(Counting(fanin), fanin)
     _register(broker, fanin)
     return broker
 

@@ -297,6 +297,12 @@ async def test_the_sweep_finishes_a_cancel_whose_caller_died(
             Signature.of(hold).immutable(),
         ).kiq(broker)
         await eventually(lambda: "1" in journal, what="step 1 to end")
+
+        async def at_the_second_step() -> bool:
+            return (await handle.status()).step == 1
+
+        # Its body ran; the chain moves on once its post_execute recorded it.
+        await eventually(at_the_second_step, what="the chain to reach step 2")
         monkeypatch.setattr(saga, "compensate", dies)
         with pytest.raises(ConnectionError):
             await cancel(broker, handle.chain_id)

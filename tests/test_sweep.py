@@ -755,6 +755,12 @@ async def test_a_chain_step_whose_copy_was_lost_is_redriven_as_the_next_attempt(
             Signature.of(probe, "cat"), Signature.of(transcode), chain_id="died"
         ).kiq(broker)
         await eventually(lambda: ran == ["probe cat"], what="the first step")
+
+        async def at_the_second_step() -> bool:
+            return (await handle.status()).step == 1
+
+        # The body ran; the chain moves on once its post_execute recorded it.
+        await eventually(at_the_second_step, what="the chain to reach step 2")
         scripts = fanin.context.chain_scripts
         token = (await scripts.read(keys)).token
         lost = await scripts.begin_step(
