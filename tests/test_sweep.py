@@ -506,6 +506,47 @@ async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
     assert [result.results for result in ran] == [[0, 1]]
 
 
+class LostContinuation:
+    """A group of two whose finaliser's copy of its continuation is lost (the
+    broker drops it), on a broker the test may make lose or refuse more."""
+
+    def __init__(
+        self, redis_url: str, prefix: str, group_id: str, *, max_redrives: int
+    ) -> None:
+        self.group_id, self.sent = group_id, SentMessages()
+        self.ran: list[GroupResult] = []
+        self.broker, self.fanin = lossy_stream_broker(
+            redis_url,
+            prefix,
+            self.sent,
+            finaliser_lease=SHORT,
+            max_redrives=max_redrives,
+        )
+        ran = self.ran
+
+        @self.broker.task
+        async def member(index: int) -> int:
+            return index
+
+        @self.broker.task
+        async def then(result: GroupResult) -> None:
+            ran.append(result)
+
+        self.member, self.then = member, then
+        self.broker.drop = {f"{group_id}~then"}
+
+    async def dispatched(self) -> None:
+        """Plan the group; return once its (lost) continuation is dispatched."""
+        members = [Signature.of(self.member, i) for i in range(2)]
+        await group(
+            members, then=self.then, group_id=self.group_id, deadline=SHORT
+        ).kiq(self.broker)
+        await eventually(
+            lambda: _state_is(self.fanin, self.group_id, "dispatched"),
+            what="the dispatch",
+        )
+
+
 async def test_a_continuation_lost_every_time_is_dispatched_again_at_most_max_redrives(
     redis_url: str, key_prefix: str
 ) -> None:
@@ -513,28 +554,11 @@ async def test_a_continuation_lost_every_time_is_dispatched_again_at_most_max_re
     ``redrive`` the sweep dispatches it again, each counted (``redrives``), at
     most ``max_redrives`` times; past that it reports it, its note naming
     ``max_redrives``, and sends nothing more."""
-    sent = SentMessages()
-    broker, fanin = lossy_stream_broker(
-        redis_url, key_prefix, sent, finaliser_lease=SHORT, max_redrives=2
-    )
-    ran: list[GroupResult] = []
-
-    @broker.task
-    async def member(index: int) -> int:
-        return index
-
-    @broker.task
-    async def then(result: GroupResult) -> None:
-        ran.append(result)
-
+    app = LostContinuation(redis_url, key_prefix, "capc", max_redrives=2)
+    broker, fanin, sent, ran = app.broker, app.fanin, app.sent, app.ran
     seen: list[tuple[SweepAction, bool, int]] = []
-    broker.drop = {"capc~then"}
     async with worker(broker, max_async_tasks=5) as receiver:
-        members = [Signature.of(member, i) for i in range(2)]
-        await group(members, then=then, group_id="capc", deadline=SHORT).kiq(broker)
-        await eventually(
-            lambda: _state_is(fanin, "capc", "dispatched"), what="the dispatch"
-        )
+        await app.dispatched()
 
         async def reported_past_the_cap() -> bool:
             broker.drop.add("capc~then")  # this copy is lost too
@@ -564,7 +588,7 @@ async def test_a_continuation_lost_every_time_is_dispatched_again_at_most_max_re
     )
     assert "max_redrives" in later.note
     # The finaliser's copy and the sweep's two: no more.
-    assert len(sent.of_task(then.task_name)) == 3
+    assert len(sent.of_task(app.then.task_name)) == 3
     assert ran == []
 
 
@@ -574,25 +598,10 @@ async def test_a_redispatch_whose_kick_failed_is_not_counted_and_goes_again(
     """The finaliser's copy of the continuation is lost; the sweep's one
     re-dispatch (``max_redrives=1``) meets a broker error: nothing was sent, so
     nothing is counted, and the next sweep sends it (counting what was sent)."""
-    sent = SentMessages()
-    broker, fanin = lossy_stream_broker(
-        redis_url, key_prefix, sent, finaliser_lease=SHORT, max_redrives=1
-    )
-    ran: list[GroupResult] = []
-
-    @broker.task
-    async def member(index: int) -> int:
-        return index
-
-    @broker.task
-    async def then(result: GroupResult) -> None:
-        ran.append(result)
-
-    broker.drop = {"kf~then"}
+    app = LostContinuation(redis_url, key_prefix, "kf", max_redrives=1)
+    broker, fanin, sent, ran = app.broker, app.fanin, app.sent, app.ran
     async with worker(broker, max_async_tasks=5) as receiver:
-        members = [Signature.of(member, i) for i in range(2)]
-        await group(members, then=then, group_id="kf", deadline=SHORT).kiq(broker)
-        await eventually(lambda: _state_is(fanin, "kf", "dispatched"), what="dispatch")
+        await app.dispatched()
         await eventually(lambda: _continuation_overdue(fanin), what="its deadline")
         broker.fail_after = broker.sent  # the sweep's kick meets a broker error
         failed = await sweep(fanin, policy="redrive")
@@ -618,7 +627,7 @@ async def test_a_redispatch_whose_kick_failed_is_not_counted_and_goes_again(
     assert counted in (None, b"0")
     assert seen == [(SweepAction.REDISPATCH, 1)]
     assert [result.results for result in ran] == [[0, 1]]
-    assert sent.executions_of(then.task_name) == 1
+    assert sent.executions_of(app.then.task_name) == 1
 
 
 async def test_a_redispatch_whose_dispatch_record_failed_is_counted_all_the_same(
@@ -627,28 +636,15 @@ async def test_a_redispatch_whose_dispatch_record_failed_is_counted_all_the_same
     """The sweep's copy went, then recording the dispatch failed (Redis away,
     or a refused ``WAIT``): the copy is counted all the same, so the cap holds;
     uncounted, every sweep would send another, without end."""
-    sent = SentMessages()
-    broker, fanin = lossy_stream_broker(
-        redis_url, key_prefix, sent, finaliser_lease=SHORT, max_redrives=1
-    )
-
-    @broker.task
-    async def member(index: int) -> int:
-        return index
-
-    @broker.task
-    async def then(result: GroupResult) -> None:
-        return None
+    app = LostContinuation(redis_url, key_prefix, "md", max_redrives=1)
+    broker, fanin, sent = app.broker, app.fanin, app.sent
 
     async def refused(*args: object, **kwargs: object) -> bool:
         raise ConnectionError("Redis went away after the kick")
 
     seen: list[SweepAction] = []
-    broker.drop = {"md~then"}
     async with worker(broker, max_async_tasks=5) as receiver:
-        members = [Signature.of(member, i) for i in range(2)]
-        await group(members, then=then, group_id="md", deadline=SHORT).kiq(broker)
-        await eventually(lambda: _state_is(fanin, "md", "dispatched"), what="dispatch")
+        await app.dispatched()
         monkeypatch.setattr(fanin.context.scripts, "mark_dispatched", refused)
 
         async def reported_past_the_cap() -> bool:
@@ -668,7 +664,7 @@ async def test_a_redispatch_whose_dispatch_record_failed_is_counted_all_the_same
 
     # The finaliser's copy and the sweep's one (its finding lost with the
     # error, reported in the log): no more.
-    assert len(sent.of_task(then.task_name)) == 2
+    assert len(sent.of_task(app.then.task_name)) == 2
     assert seen == [SweepAction.REPORT]
 
 
