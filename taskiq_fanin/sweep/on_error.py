@@ -68,7 +68,8 @@ async def judge_on_error(
         left = "not kicked again: " if redrive else ""
         finding.note += f"; {left}{known.unknown_note(finding.unknown_tasks)}"
     if redrive and chain.on_error_redrives >= ctx.config.max_redrives:
-        redrive = _capped(finding, chain.on_error_redrives)
+        finding.capped("kicked", f"{chain.on_error_redrives} re-kicks")
+        redrive = False
     if dry_run:
         return finding
     look_again = 0  # reported: seen in turn with the others at the next sweep
@@ -108,7 +109,8 @@ async def _kick_again(
     if checked.lost is Lost.ON_ITS_WAY:
         return None
     if checked.lost is Lost.CAPPED:
-        finding.applied = not _capped(finding, checked.redrives)
+        finding.capped("kicked", f"{checked.redrives} re-kicks")
+        finding.applied = True
         return 0
     await on_error.kick_again(ctx, cursor, chain, attempt=checked.attempt)
     finding.applied = True
@@ -116,16 +118,6 @@ async def _kick_again(
     # Not counted (``None``): it ended meanwhile; this copy went all the same.
     finding.redrives = checked.redrives + 1 if counted is None else counted
     return due.deadline_ms(ctx, chain)  # time for the copy to begin
-
-
-def _capped(finding: Finding, redrives: int) -> bool:
-    """Its re-kicks are used up: reported only (``False``: do not kick)."""
-    finding.action = SweepAction.REPORT
-    finding.note += (
-        f"; not kicked again: {redrives} re-kicks used (max_redrives);"
-        " it runs only if a copy of it still comes"
-    )
-    return False
 
 
 def _lost_at(ctx: FanInContext, chain: ChainRecord, now: int) -> tuple[int, str]:

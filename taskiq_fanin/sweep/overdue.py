@@ -40,7 +40,7 @@ async def judge(
     finding.action = SweepAction.REDISPATCH if redrive else SweepAction.REPORT
     finding.redrives = meta.continuation_redrives
     if redrive and meta.continuation_redrives >= ctx.config.max_redrives:
-        _capped(finding, meta.continuation_redrives)
+        finding.capped("dispatched", f"{meta.continuation_redrives} re-dispatches")
     if dry_run:
         return finding
     if finding.action is SweepAction.REDISPATCH:
@@ -72,7 +72,7 @@ async def _dispatch_again(
         return None
     finding.applied = True
     if checked.lost is Lost.CAPPED:
-        _capped(finding, checked.redrives)
+        finding.capped("dispatched", f"{checked.redrives} re-dispatches")
         return 0
     counted: list[int | None] = []
 
@@ -94,13 +94,3 @@ async def _dispatch_again(
     finding.redrives = checked.redrives + 1 if now_counted is None else now_counted
     # The copy's span to begin (begun, its run lease renewed meanwhile).
     return max(meta.deadline_ms, ms(ctx.config.lease))
-
-
-def _capped(finding: Finding, redrives: int) -> None:
-    """Its re-dispatches are used up: reported only."""
-    finding.action = SweepAction.REPORT
-    used = (
-        f"not dispatched again: {redrives} re-dispatches used (max_redrives);"
-        " it runs only if a copy of it still comes"
-    )
-    finding.note = "; ".join(filter(None, (finding.note, used)))

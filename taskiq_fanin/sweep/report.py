@@ -77,6 +77,19 @@ class Finding(BaseModel):
     unknown_tasks: list[str] = Field(default_factory=list)
     note: str = ""
 
+    def capped(self, not_again: str, used: str) -> None:
+        """Its re-kicks are used up (``max_redrives``): reported only, as its note says.
+
+        ``not_again``: what is not done again ("kicked"); ``used``: how many of
+        what were spent ("3 re-kicks").
+        """
+        self.action = SweepAction.REPORT
+        note = (
+            f"not {not_again} again: {used} used (max_redrives);"
+            " it runs only if a copy of it still comes"
+        )
+        self.note = "; ".join(filter(None, (self.note, note)))
+
 
 class SweepReport(BaseModel):
     """What one sweep examined and found."""
