@@ -164,6 +164,7 @@ async def worker(
             done, _ = await asyncio.wait({listening}, timeout=5)
         if not done:
             listening.cancel()
+            await asyncio.wait({listening}, timeout=5)
 
 
 async def chain_reached(
