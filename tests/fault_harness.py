@@ -201,6 +201,10 @@ async def fault_rig(
             await app.obs().aclose()
 
 
+#: How long the end of ``nudging`` waits for its loop to stop.
+STOP_SECONDS = 5.0
+
+
 @dataclass
 class Nudges:
     """How many no-ops were kicked, and how many kicks met Redis away."""
@@ -217,9 +221,10 @@ async def nudging(rig: Rig, *, every: float = 0.2) -> AsyncIterator[Nudges]:
     again, and never takes back what a dead worker held.
     """
     nudges = Nudges()
+    stop = asyncio.Event()
 
     async def loop() -> None:
-        while True:
+        while not stop.is_set():
             try:
                 idle = await rig.redis.xpending_range(
                     rig.app.STREAM,
@@ -240,9 +245,18 @@ async def nudging(rig: Rig, *, every: float = 0.2) -> AsyncIterator[Nudges]:
     try:
         yield nudges
     finally:
+        # The flag stops a loop whose call swallowed the cancel (redis-py's send
+        # under Python 3.11's wait_for, tests/test_nudging.py); wait(), not
+        # awaiting the task, so that our own caller's cancel is not taken for
+        # the loop's; bounded, so that a wedged loop fails the test, not hangs it.
+        stop.set()
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        done, _ = await asyncio.wait({task}, timeout=STOP_SECONDS)
+        if not done:
+            msg = f"the nudging loop did not stop within {STOP_SECONDS} s"
+            raise AssertionError(msg)
+        if not task.cancelled():
+            task.result()  # raises the loop's own error, if it met one
 
 
 def the_child(process: Popen[bytes], *, timeout: float = 30.0) -> int:
