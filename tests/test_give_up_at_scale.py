@@ -3,8 +3,9 @@
 30,000 members planned, all but 30 of them lost for good (their kicks go
 nowhere); the sweep gives the group up 10,000 ledger indexes a visit, in script
 calls of 1,000, and no command the library (or the broker) sends meanwhile runs
-10 ms (``SLOWLOG``); the meta stays small while the pass goes on, the counts
-and the lost set come out right, and the continuation runs once with them. A
+10 ms (``SLOWLOG``, less a hiccup of the machine's: ``tests/slow_commands.py``);
+the meta stays small while the pass goes on, the counts and the lost set come
+out right, and the continuation runs once with them. A
 chain's group step given up fails the chain naming its lost members.
 """
 
