@@ -31,7 +31,7 @@ from taskiq import (
 from taskiq_redis import ListQueueClusterBroker, RedisStreamClusterBroker
 
 from taskiq_fanin import FanInMiddleware, GroupResult
-from tests.window_probe import InFlightProbe
+from tests.window_probe import Gate, InFlightProbe
 
 #: How long a held member waits for its release before it gives up (seconds).
 HOLD_LIMIT = 30.0
@@ -126,6 +126,12 @@ def build(
     return broker
 
 
+async def _work_after(gate: Gate, index: int) -> None:
+    """A windowed member's work, once the members it waits for have started."""
+    await gate.meet(index)
+    await asyncio.sleep(0.02)
+
+
 def _register(broker: AsyncBroker, fanin: FanInMiddleware) -> None:
     """The app's tasks, under names every process agrees on."""
     prefix = fanin.config.prefix
@@ -148,11 +154,17 @@ def _register(broker: AsyncBroker, fanin: FanInMiddleware) -> None:
                 await asyncio.sleep(0.02)
         return index * 10
 
+    gates: dict[str, Gate] = {}
+
     @broker.task(task_name="cluster_app.windowed")
-    async def windowed(group_id: str, index: int) -> int:
-        """A member of a windowed group, counting itself (``window_probe``)."""
+    async def windowed(group_id: str, index: int, together: int = 0) -> int:
+        """A member of a windowed group, counting itself (``window_probe``).
+
+        Members below ``together`` wait for each other (one worker process).
+        """
         probe = InFlightProbe(redis(), prefix, group_id)
-        await probe.run(index, lambda: asyncio.sleep(0.02))
+        gate = gates.setdefault(group_id, Gate(range(together)))
+        await probe.run(index, lambda: _work_after(gate, index))
         return index * 10
 
     @broker.task(task_name="cluster_app.first")

@@ -198,7 +198,9 @@ async def test_a_windowed_group_keeps_its_window_on_a_cluster(
     async with app_on(redis_cluster_url, key_prefix, kind) as app:
         with app.worker(max_async_tasks=10):
             members = [
-                Signature.of(app.task("windowed"), "windowed", i) for i in range(size)
+                # The first window's members wait for each other to run.
+                Signature.of(app.task("windowed"), "windowed", i, window)
+                for i in range(size)
             ]
             await group(
                 members,

@@ -11,6 +11,8 @@ start. Every key shares the group's hash tag: on a Redis Cluster too the script
 touches one slot.
 """
 
+import asyncio
+import contextlib
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
@@ -80,3 +82,29 @@ class InFlightProbe:
         finally:
             if counted:
                 await self.ended(index)
+
+
+class Gate:
+    """Members ``indices`` wait, bounded, until all of them have started.
+
+    A window's members run at once only if the worker happens to take them
+    together; members that hold each other make the most in flight a fact the
+    test can assert rather than a race it usually wins. After ``timeout``
+    seconds a member goes on regardless (the test's count then fails, it does
+    not hang).
+    """
+
+    def __init__(self, indices: range | set[int], timeout: float = 10.0):
+        self.indices, self.timeout = set(indices), timeout
+        self._arrived: set[int] = set()
+        self._all = asyncio.Event()
+
+    async def meet(self, index: int) -> None:
+        """Member ``index`` starts; a gated one waits for the others."""
+        if index not in self.indices:
+            return
+        self._arrived.add(index)
+        if self._arrived == self.indices:
+            self._all.set()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._all.wait(), self.timeout)
