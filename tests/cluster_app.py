@@ -126,12 +126,6 @@ def build(
     return broker
 
 
-async def _work_after(gate: Gate, index: int) -> None:
-    """A windowed member's work, once the members it waits for have started."""
-    await gate.meet(index)
-    await asyncio.sleep(0.02)
-
-
 def _register(broker: AsyncBroker, fanin: FanInMiddleware) -> None:
     """The app's tasks, under names every process agrees on."""
     prefix = fanin.config.prefix
@@ -164,7 +158,7 @@ def _register(broker: AsyncBroker, fanin: FanInMiddleware) -> None:
         """
         probe = InFlightProbe(redis(), prefix, group_id)
         gate = gates.setdefault(group_id, Gate(range(together)))
-        await probe.run(index, lambda: _work_after(gate, index))
+        await probe.run(index, lambda: gate.work(index, 0.02, None))
         return index * 10
 
     @broker.task(task_name="cluster_app.first")

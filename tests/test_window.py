@@ -117,11 +117,7 @@ async def test_a_windowed_group_from_an_iterator_in_chunks_keeps_its_window(
 
     @broker.task
     async def member(index: int) -> int:
-        async def body() -> int:
-            await gate.meet(index)
-            return await asyncio.sleep(0.005, index)
-
-        return int(await probe.run(index, body))
+        return int(await probe.run(index, lambda: gate.work(index, 0.005, index)))
 
     @broker.task
     async def then(result: GroupResult) -> None:
@@ -372,11 +368,9 @@ async def test_a_chain_step_group_keeps_its_window(
 
     @broker.task
     async def member(previous: int, index: int) -> int:
-        async def body() -> int:
-            await gate.meet(index)
-            return await asyncio.sleep(0.01, previous + index)
-
-        return int(await probe.run(index, body))
+        return int(
+            await probe.run(index, lambda: gate.work(index, 0.01, previous + index))
+        )
 
     @broker.task
     async def last(results: GroupResult) -> None:

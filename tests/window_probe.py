@@ -13,11 +13,13 @@ touches one slot.
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 
 from taskiq_fanin.store.keys import GroupKeys
+
+T = TypeVar("T")
 
 #: KEYS: counts, running set, highest, done, failed, ran; ARGV: the index.
 _START = """
@@ -108,3 +110,8 @@ class Gate:
             self._all.set()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._all.wait(), self.timeout)
+
+    async def work(self, index: int, seconds: float, result: T) -> T:
+        """Member ``index``'s work: meet the others, then ``seconds`` of it."""
+        await self.meet(index)
+        return await asyncio.sleep(seconds, result)
