@@ -169,7 +169,7 @@ def sentinel_client(
     caller waits for a free connection.
     """
     address = parse_sentinel_url(url)
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(address.sentinels), sentinel_kwargs=dict(common)
     )
     client: Redis = sentinel.master_for(
