@@ -8,6 +8,15 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.install-stamp
 # Only the directories that exist yet: ruff fails on a missing path.
 SOURCES := $(wildcard taskiq_fanin local_redis tests benchmarks examples)
+# The test and lint tools, pinned; the runtime dependencies are not in it.
+TOOLS  := constraints/tools.txt
+
+# The tests run in PYTEST_WORKERS processes (pytest-xdist), each taking the
+# next test as it finishes one: most tests wait on servers and workers rather
+# than compute, so more processes than cores pays (docs/development.md has
+# the measurements). PYTEST_WORKERS=0 runs them all in this process.
+PYTEST_WORKERS ?= 4
+PYTEST := pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 
 # `make test-lowest`: the tests in a venv of their own with every runtime
 # dependency at its floor in pyproject.toml (the dev tools as in .venv), on the
@@ -39,9 +48,9 @@ export FLOOR_PINS
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(TOOLS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -c $(TOOLS) -e '.[dev,bench]'
 	@touch $@
 
 lint: venv
@@ -54,11 +63,12 @@ format: venv
 	$(BIN)/ruff check --fix $(SOURCES)
 	$(BIN)/ruff format $(SOURCES)
 
-$(LOWEST_STAMP): pyproject.toml
+$(LOWEST_STAMP): pyproject.toml $(TOOLS)
 	@test -x $(LOWEST_BIN)/python || $(LOWEST_PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_BIN)/python -m pip install --quiet --no-deps -e .
 	$(LOWEST_BIN)/python -c "$$FLOOR_PINS" > $(LOWEST_VENV)/floors.txt
-	$(LOWEST_BIN)/python -m pip install --quiet -c $(LOWEST_VENV)/floors.txt -e '.[dev]'
+	$(LOWEST_BIN)/python -m pip install --quiet -c $(LOWEST_VENV)/floors.txt \
+	  -c $(TOOLS) -e '.[dev]'
 	$(LOWEST_BIN)/python -m pip check
 	@touch $@
 
@@ -78,7 +88,7 @@ check-redis:
 
 test: check-redis venv
 	@$(MAKE) --no-print-directory lint
-	$(BIN)/pytest -q
+	$(BIN)/$(PYTEST)
 
 # The quick edit-test loop: the tests that need no redis-server, no worker, no
 # fault rig and no cluster (fakeredis only; the marks are set in
@@ -88,12 +98,14 @@ FAST_TESTS := not redis_server and not workers and not faults and not cluster \
     and not network
 
 test-fast: venv
-	$(BIN)/pytest -q -m "$(FAST_TESTS)"
+	$(BIN)/$(PYTEST) -m "$(FAST_TESTS)"
 
+# The tests of the docs, the packaging and the public surface (marker
+# `surface`) read files, not the dependencies: they run once, in `make test`.
 test-lowest: check-redis $(LOWEST_STAMP)
 	@echo "$(LOWEST_VENV): $$($(LOWEST_BIN)/python --version)," \
 	  "$$(tr '\n' ' ' < $(LOWEST_VENV)/floors.txt)"
-	$(LOWEST_BIN)/pytest -q
+	$(LOWEST_BIN)/$(PYTEST) -m "not surface"
 
 # Real taskiq workers against REDIS_URL, else a throwaway redis-server, else an
 # embedded fakeredis; writes bench-results/. A quick run: make bench BENCH_ARGS=--quick
