@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+#: Reads files, not the dependencies: run once, in `make test`, not at the floors.
+pytestmark = pytest.mark.surface
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "taskiq_fanin"
 LUA = PACKAGE / "store" / "lua"

@@ -17,6 +17,9 @@ import local_redis
 from tests import harness
 from tests.needs import NeedGuard, UnmarkedNeedError, needs_of
 
+#: Reads files, not the dependencies: run once, in `make test`, not at the floors.
+pytestmark = pytest.mark.surface
+
 
 def test_this_test_is_unmarked(request: pytest.FixtureRequest) -> None:
     marks = {mark.name for mark in request.node.iter_markers()}

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+#: Reads files, not the dependencies: run once, in `make test`, not at the floors.
+pytestmark = pytest.mark.surface
+
 ROOT = Path(__file__).resolve().parent.parent
 DIST_INFO = "taskiq_fanin-0.1.0.dist-info"
 

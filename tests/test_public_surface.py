@@ -14,6 +14,9 @@ import taskiq_fanin
 import taskiq_fanin.errors
 from taskiq_fanin.model.errors import FanInError
 
+#: Reads files, not the dependencies: run once, in `make test`, not at the floors.
+pytestmark = pytest.mark.surface
+
 #: The submodules users import from, beside the top level.
 PUBLIC_SUBMODULES = ("errors", "inspection", "models", "sweeping")
 #: The most names the top level may hold.
