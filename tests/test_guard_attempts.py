@@ -445,6 +445,10 @@ def test_the_three_guards_agree_and_run_one_body_at_a_time(
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
+            # The same interleavings every run: what they meet (asserted
+            # below) is then a fact of the search, not a draw that one run in
+            # a dozen misses.
+            derandomize=True,
         ),
     )
     print(f"\non {where}: {TALLY}")
