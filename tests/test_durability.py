@@ -25,7 +25,7 @@ from taskiq_fanin.store.replication import Replication, probe_key, replication
 from taskiq_fanin.store.replies import Outcome, Recorded
 from taskiq_fanin.store.scripts import READS, packaged
 from taskiq_fanin.worker.retrying import is_transient
-from tests.test_scripts import create
+from tests.script_calls import create
 
 #: Redis commands that change data, as the scripts call them.
 WRITES = re.compile(
