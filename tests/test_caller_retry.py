@@ -5,8 +5,8 @@ record, the kicks) are retried with the same ids and token, for the
 middleware's ``retry_for``, as the hooks retry theirs: a reply lost on a reset
 connection, or a write too few replicas took (``durability="replicated"``), is
 not heard by a caller who would then plan again with a fresh id. Past
-``retry_for`` the error is raised. On fakeredis, whose ``WAIT`` is faked as in
-``test_durability.py`` (``test_durability_replica.py`` has a real replica).
+``retry_for`` the error is raised. On fakeredis, whose ``WAIT`` is faked
+(``tests/fake_replicas.py``; ``test_durability_replica.py`` has a real replica).
 """
 
 import asyncio
@@ -22,39 +22,7 @@ from taskiq_fanin import FanInMiddleware, GroupResult, Signature, cancel, chain,
 from taskiq_fanin.errors import NotReplicatedError
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.store.scripts import packaged
-from tests.test_durability import Replicas, WaitingPipeline, WaitingRedis
-
-#: Commands of a pipeline, as redis-py queues them.
-Stack = list[tuple[Any, ...]]
-
-
-class Refusing(Replicas):
-    """A faked ``WAIT`` answers 0 for the pipelines ``refuse`` picks, else 1."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refuse: Callable[[Stack], bool] = lambda _: False
-
-
-class RefusingPipeline(WaitingPipeline):
-    replicas: Refusing
-
-    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        if args[0] == "WAIT":
-            stack = [command for command, _ in self.command_stack]
-            self.replicas.acknowledged = 0 if self.replicas.refuse(stack) else 1
-        return super().execute_command(*args, **kwargs)
-
-
-class RefusingRedis(WaitingRedis):
-    replicas: Refusing
-
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
-        pipe = RefusingPipeline(
-            self.connection_pool, self.response_callbacks, transaction, shard_hint
-        )
-        pipe.replicas = self.replicas
-        return pipe
+from tests.fake_replicas import Refusing, RefusingPipeline, RefusingRedis, Stack
 
 
 def calls(name: str) -> Callable[[Stack], bool]:
