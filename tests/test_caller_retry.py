@@ -15,13 +15,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from taskiq import BrokerMessage, InMemoryBroker
 
 from local_redis import eventually
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, cancel, chain, group
 from taskiq_fanin.errors import NotReplicatedError
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.store.scripts import packaged
+from tests.fake_brokers import Kicks, settled
 from tests.fake_replicas import Refusing, RefusingPipeline, RefusingRedis, Stack
 
 
@@ -42,27 +42,6 @@ def times(picks: Callable[[Stack], bool], count: int) -> Callable[[Stack], bool]
         return False
 
     return refuse
-
-
-class Kicks(InMemoryBroker):
-    """Runs what it is sent; the kicks ``fail`` picks raise first (the broker away)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.kicked: list[str] = []
-        self.fail: Callable[[str], bool] = lambda _: False
-
-    async def kick(self, message: BrokerMessage) -> None:
-        if self.fail(message.task_id):
-            raise ConnectionError("the broker's Redis went away")
-        self.kicked.append(message.task_id)
-        await super().kick(message)
-
-
-async def settled(broker: InMemoryBroker) -> None:
-    """Every task run, those the ones before kicked included."""
-    while broker._running_tasks:
-        await broker.wait_all()
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from taskiq_fanin.model.ids import step_id
 from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.sweep import giving_up
+from tests.fake_brokers import MEMBER, MembersGoNowhere
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,
@@ -40,7 +41,6 @@ from tests.harness import (
     stream_broker,
     worker,
 )
-from tests.test_give_up_windows import MEMBER, MembersGoNowhere
 from tests.window_probe import InFlightProbe
 
 SHORT = 0.3  # seconds: a deadline short enough to pass within a test
