@@ -33,9 +33,9 @@ from taskiq_fanin.model.ids import member_task_id
 from taskiq_fanin.store.keys import index_key, sweep_lock_key
 from taskiq_fanin.store.queue_kicks import PipelinedBroker, kicking_broker
 from tests import cluster_app
+from tests.cli_runner import run_cli
 from tests.cluster_harness import APP, ClusterApp, _published, app_on
 from tests.harness import eventually
-from tests.test_cli import run_cli
 from tests.window_probe import InFlightProbe
 
 pytestmark = pytest.mark.cluster
