@@ -34,10 +34,10 @@ from tests.harness import (
     stream_broker,
     worker,
 )
+from tests.stuck_chains import DEADLINE, chain_stuck
 
 #: The renamed handler: the planner knows it, the worker and the sweep do not.
 UNKNOWN = "deploy:s3"
-DEADLINE = 0.5  # seconds a chain step may take before the sweep looks at it
 
 
 def register(broker: AsyncBroker, tasks: dict[str, Callable[..., Any]]) -> None:
@@ -97,14 +97,6 @@ class Deploy:
             chain_id=chain_id,
             on_error=Signature.of("deploy:on_failure"),
         ).kiq(self.planner)
-
-
-async def chain_stuck(fanin: FanInMiddleware, chain_id: str) -> bool:
-    report = await sweep(fanin, dry_run=True)
-    return any(
-        f.group_id == chain_id and f.kind is FindingKind.CHAIN_STUCK
-        for f in report.findings
-    )
 
 
 async def test_a_chain_at_a_step_no_worker_knows_is_not_redriven_and_given_up_once(
