@@ -35,7 +35,7 @@ from local_redis import (
     stream_drained,
 )
 from taskiq_fanin import FanInMiddleware
-from taskiq_fanin.inspection import chain_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState
 from taskiq_fanin.store.client import RedisClient
 
@@ -50,6 +50,7 @@ __all__ = [
     "drained",
     "eventually",
     "lossy_stream_broker",
+    "overdue",
     "stream_broker",
     "worker",
     "worker_process",
@@ -177,6 +178,11 @@ async def chain_reached(
     for the state itself, not for what it kicked.
     """
     return (await chain_status(source, chain_id)).state is state
+
+
+async def overdue(fanin: FanInMiddleware | AsyncBroker, group_id: str) -> bool:
+    """Whether the group is past its deadline now (a condition for ``eventually``)."""
+    return (await group_status(fanin, group_id)).overdue()
 
 
 async def drained(

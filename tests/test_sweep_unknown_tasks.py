@@ -31,6 +31,7 @@ from tests.harness import (
     drained,
     eventually,
     lossy_stream_broker,
+    overdue,
     stream_broker,
     worker,
 )
@@ -225,10 +226,6 @@ async def sweep_sees(fanin: FanInMiddleware, group_id: str) -> bool:
     """A dry run of the sweep finds the group due (its index entry is due)."""
     report = await sweep(fanin, dry_run=True)
     return [f.group_id for f in report.findings] == [group_id]
-
-
-async def overdue(fanin: FanInMiddleware, group_id: str) -> bool:
-    return (await group_status(fanin, group_id)).overdue()
 
 
 async def test_a_slow_step_that_ends_after_the_give_up_moves_the_chain_no_more(

@@ -38,6 +38,7 @@ from tests.harness import (
     SentMessages,
     drained,
     eventually,
+    overdue,
     stream_broker,
     worker,
 )
@@ -104,10 +105,6 @@ async def test_a_windowed_group_given_up_keeps_no_window_once_it_ends(
     assert status.state.value == "completed"
     assert await redis_client.exists(keys.window) == 0
     assert await immortal_keys(redis_client, key_prefix) == []
-
-
-async def overdue(fanin: object, group_id: str) -> bool:
-    return (await group_status(fanin, group_id)).overdue()  # type: ignore[arg-type]
 
 
 async def test_a_windowed_group_given_up_by_reference_pages_what_arrived_and_lost(
