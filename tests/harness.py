@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, Sentinel
 from taskiq import (
     AckableMessage,
     AsyncBroker,
@@ -47,6 +47,7 @@ __all__ = [
     "LossyStreamBroker",
     "SentMessages",
     "chain_reached",
+    "close_sentinels",
     "drained",
     "eventually",
     "lossy_stream_broker",
@@ -183,6 +184,12 @@ async def chain_reached(
 async def overdue(fanin: FanInMiddleware | AsyncBroker, group_id: str) -> bool:
     """Whether the group is past its deadline now (a condition for ``eventually``)."""
     return (await group_status(fanin, group_id)).overdue()
+
+
+async def close_sentinels(sentinel: Sentinel) -> None:
+    """Close a ``Sentinel`` 's clients of its sentinels (nothing else does)."""
+    for client in sentinel.sentinels:
+        await client.aclose()
 
 
 async def drained(
