@@ -18,6 +18,7 @@ waits on and counts.
 import asyncio
 import contextlib
 import importlib
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -37,11 +38,14 @@ from local_redis import (
     RedisServer,
     alive,
     children_of,
+    eventually,
     poll_until,
     stream_drained,
 )
-from taskiq_fanin import FanInMiddleware
+from taskiq_fanin import FanInMiddleware, Signature, group, sweep
 from taskiq_fanin.api.broker import find_fanin
+from taskiq_fanin.inspection import group_status
+from taskiq_fanin.sweeping import FindingKind, SweepReport
 from tests.harness import worker_process
 
 __all__ = [
@@ -49,14 +53,22 @@ __all__ = [
     "APP",
     "CONSUMER_GROUP",
     "POOL_EXHAUSTED",
+    "RECOVERY",
     "RETRY_LOG",
+    "SHORT_LEASE",
     "Nudges",
     "Rig",
     "alive",
     "children_of",
+    "completed_and_drained",
+    "continuations",
     "fault_rig",
+    "killed_by_kill_switch",
     "nudging",
+    "plan",
+    "state_of",
     "summary",
+    "sweep_until",
     "the_child",
 ]
 
@@ -67,6 +79,12 @@ AOF = ("--appendonly", "yes", "--appendfsync", "always")
 RETRY_LOG = "Redis is away"
 #: What a client whose pool ran dry raises or logs.
 POOL_EXHAUSTED = re.compile(r"MaxConnectionsError|Too many connections")
+#: Long enough for a worker restarted by ``taskiq worker`` and a 2 s idle timeout.
+RECOVERY = 60.0
+#: The run lease of a continuation or step in the tests whose first delivery
+#: dies: a copy delivered again while it holds stays unacknowledged, and runs
+#: once it has run out (its worker renews it every third of it while alive).
+SHORT_LEASE = {"FINALISER_LEASE": "3"}
 
 
 @dataclass
@@ -276,3 +294,51 @@ def the_child(process: Popen[bytes], *, timeout: float = 30.0) -> int:
 def summary(test: str, **counts: Any) -> None:
     """One line of counts, visible with ``pytest -s``, to be quoted."""
     print(f"\n[faults] {test}: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+
+
+# -- what a test plans, waits for and reads -----------------------------------
+
+
+async def plan(rig: Rig, group_id: str, members: int) -> None:
+    app = rig.app
+    await group(
+        [Signature.of(app.member, group_id, index) for index in range(members)],
+        then=app.publish,
+        group_id=group_id,
+    ).kiq(app.broker)
+
+
+async def continuations(rig: Rig) -> list[dict[str, Any]]:
+    return [json.loads(item) for item in await rig.listed("continuations")]
+
+
+async def state_of(rig: Rig, group_id: str) -> str:
+    return (await group_status(rig.fanin, group_id)).state.value
+
+
+async def completed_and_drained(rig: Rig, group_id: str) -> bool:
+    """The continuation ran to its end (the group shrank to its tombstone) and
+    every message was delivered and acknowledged; not yet while Redis is away."""
+    try:
+        return await rig.drained() and await state_of(rig, group_id) == "completed"
+    except RedisError:
+        return False
+
+
+async def sweep_until(rig: Rig, kind: FindingKind) -> tuple[SweepReport, int]:
+    """Sweep until one finds (and acts on) a finding of ``kind``; also how many
+    sweeps that took."""
+    reports: list[SweepReport] = []
+
+    async def found() -> bool:
+        reports.append(await sweep(rig.app.broker))
+        return any(f.kind is kind for f in reports[-1].findings)
+
+    await eventually(found, timeout=RECOVERY, what=f"a sweep to find {kind.value}")
+    return reports[-1], len(reports)
+
+
+async def killed_by_kill_switch(rig: Rig) -> tuple[int, str]:
+    """The pid that the app's kill switch killed, and the message it was sending."""
+    pid, task_id = (await rig.flag("killed") or "0 -").split()
+    return int(pid), task_id

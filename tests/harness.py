@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, Sentinel
 from taskiq import (
     AckableMessage,
     AsyncBroker,
@@ -35,7 +35,7 @@ from local_redis import (
     stream_drained,
 )
 from taskiq_fanin import FanInMiddleware
-from taskiq_fanin.inspection import chain_status
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState
 from taskiq_fanin.store.client import RedisClient
 
@@ -47,9 +47,11 @@ __all__ = [
     "LossyStreamBroker",
     "SentMessages",
     "chain_reached",
+    "close_sentinels",
     "drained",
     "eventually",
     "lossy_stream_broker",
+    "overdue",
     "stream_broker",
     "worker",
     "worker_process",
@@ -177,6 +179,17 @@ async def chain_reached(
     for the state itself, not for what it kicked.
     """
     return (await chain_status(source, chain_id)).state is state
+
+
+async def overdue(fanin: FanInMiddleware | AsyncBroker, group_id: str) -> bool:
+    """Whether the group is past its deadline now (a condition for ``eventually``)."""
+    return (await group_status(fanin, group_id)).overdue()
+
+
+async def close_sentinels(sentinel: Sentinel) -> None:
+    """Close a ``Sentinel`` 's clients of its sentinels (nothing else does)."""
+    for client in sentinel.sentinels:
+        await client.aclose()
 
 
 async def drained(

@@ -36,6 +36,7 @@ from tests.harness import (
     drained,
     eventually,
     lossy_stream_broker,
+    overdue,
     stream_broker,
     worker,
 )
@@ -431,10 +432,6 @@ def test_a_chain_refuses_a_group_of_members_from_an_iterator() -> None:
     streamed = group(iter([]))
     with pytest.raises(InvalidChainError, match="step 1 is a group of members from"):
         chain(streamed)
-
-
-async def overdue(fanin: Any, group_id: str) -> bool:
-    return (await group_status(fanin, group_id)).overdue()
 
 
 async def lease_over(fanin: Any, keys: GroupKeys) -> bool:

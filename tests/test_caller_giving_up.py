@@ -22,7 +22,7 @@ from taskiq_fanin.api import control, retries
 from taskiq_fanin.api.control import Kind
 from taskiq_fanin.store.keys import sweep_lock_key
 from taskiq_fanin.worker.retrying import is_transient
-from tests.test_caller_retry import Refusing, RefusingRedis
+from tests.fake_replicas import Refusing, RefusingRedis
 
 RETRY_FOR = 0.6
 

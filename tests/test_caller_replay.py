@@ -19,7 +19,7 @@ from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group
 from taskiq_fanin.api.broker import context_of
 from taskiq_fanin.errors import FanInError, GroupLostError, MemberNotSerializableError
 from taskiq_fanin.groups import ledger
-from tests.test_caller_retry import Kicks, settled
+from tests.fake_brokers import Kicks, settled
 
 Rig = tuple[Kicks, fakeredis.FakeAsyncRedis, dict[str, Any]]
 

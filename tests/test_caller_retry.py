@@ -5,8 +5,8 @@ record, the kicks) are retried with the same ids and token, for the
 middleware's ``retry_for``, as the hooks retry theirs: a reply lost on a reset
 connection, or a write too few replicas took (``durability="replicated"``), is
 not heard by a caller who would then plan again with a fresh id. Past
-``retry_for`` the error is raised. On fakeredis, whose ``WAIT`` is faked as in
-``test_durability.py`` (``test_durability_replica.py`` has a real replica).
+``retry_for`` the error is raised. On fakeredis, whose ``WAIT`` is faked
+(``tests/fake_replicas.py``; ``test_durability_replica.py`` has a real replica).
 """
 
 import asyncio
@@ -15,46 +15,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from taskiq import BrokerMessage, InMemoryBroker
 
 from local_redis import eventually
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, cancel, chain, group
 from taskiq_fanin.errors import NotReplicatedError
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.store.scripts import packaged
-from tests.test_durability import Replicas, WaitingPipeline, WaitingRedis
-
-#: Commands of a pipeline, as redis-py queues them.
-Stack = list[tuple[Any, ...]]
-
-
-class Refusing(Replicas):
-    """A faked ``WAIT`` answers 0 for the pipelines ``refuse`` picks, else 1."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refuse: Callable[[Stack], bool] = lambda _: False
-
-
-class RefusingPipeline(WaitingPipeline):
-    replicas: Refusing
-
-    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        if args[0] == "WAIT":
-            stack = [command for command, _ in self.command_stack]
-            self.replicas.acknowledged = 0 if self.replicas.refuse(stack) else 1
-        return super().execute_command(*args, **kwargs)
-
-
-class RefusingRedis(WaitingRedis):
-    replicas: Refusing
-
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
-        pipe = RefusingPipeline(
-            self.connection_pool, self.response_callbacks, transaction, shard_hint
-        )
-        pipe.replicas = self.replicas
-        return pipe
+from tests.fake_brokers import Kicks, settled
+from tests.fake_replicas import Refusing, RefusingPipeline, RefusingRedis, Stack
 
 
 def calls(name: str) -> Callable[[Stack], bool]:
@@ -74,27 +42,6 @@ def times(picks: Callable[[Stack], bool], count: int) -> Callable[[Stack], bool]
         return False
 
     return refuse
-
-
-class Kicks(InMemoryBroker):
-    """Runs what it is sent; the kicks ``fail`` picks raise first (the broker away)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.kicked: list[str] = []
-        self.fail: Callable[[str], bool] = lambda _: False
-
-    async def kick(self, message: BrokerMessage) -> None:
-        if self.fail(message.task_id):
-            raise ConnectionError("the broker's Redis went away")
-        self.kicked.append(message.task_id)
-        await super().kick(message)
-
-
-async def settled(broker: InMemoryBroker) -> None:
-    """Every task run, those the ones before kicked included."""
-    while broker._running_tasks:
-        await broker.wait_all()
 
 
 @pytest.fixture

@@ -2,15 +2,10 @@
 real redis-server, on groups planned by the library with no worker running.
 """
 
-import asyncio
 import json
-import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,48 +18,15 @@ from taskiq_fanin.cli.parser import EXIT_MEANINGS, ExitCode
 from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.model.ids import step_id
 from taskiq_fanin.store.keys import ChainKeys, GroupKeys, index_key, sweep_lock_key
-from tests.harness import SentMessages, eventually, stream_broker
+from tests.cli_runner import run_cli
+from tests.harness import ROOT, SentMessages, eventually, stream_broker
 
-ROOT = Path(__file__).resolve().parent.parent
-#: How the command is started: as a module, as the installed script, through taskiq.
-COMMANDS = {
-    "module": [sys.executable, "-m", "taskiq_fanin.cli"],
-    "script": [str(Path(sys.executable).parent / "taskiq-fanin")],
-    "taskiq": [sys.executable, "-m", "taskiq", "fanin"],
-}
 #: The member task, under the name tests/cli_app.py gives it.
 RESIZE = "cli_app.resize"
 #: Two more steps for chains, known only to the test's own broker (no worker runs).
 PROBE, PUBLISH = "cli_app.probe", "cli_app.publish"
 #: A chain's error continuation, known the same way.
 NOTIFY = "cli_app.notify"
-
-
-@dataclass
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-
-async def run_cli(*args: str, via: str = "module", env=None) -> Run:
-    """Run the command line; ``env`` entries set to None are removed."""
-    environment = {**os.environ, **(env or {})}
-    environment = {k: v for k, v in environment.items() if v is not None}
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [*COMMANDS[via], *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=environment,
-        timeout=60,
-        check=False,
-    )
-    return Run(done.returncode, done.stdout, done.stderr)
 
 
 @dataclass

@@ -12,7 +12,7 @@ import redis
 from local_redis import RedisCluster
 from taskiq_fanin import Signature, chain, group
 from taskiq_fanin.model.ids import member_task_id
-from tests.test_cluster_workflows import _published, app_on
+from tests.cluster_harness import _published, app_on
 
 pytestmark = pytest.mark.cluster
 

@@ -13,7 +13,6 @@ retried. Counts are printed.
 """
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from typing import Any
@@ -26,35 +25,13 @@ from taskiq_fanin.store.client import connect
 from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.replication import Replication
 from taskiq_fanin.worker.retrying import retrying
+from tests.cluster_nodes import PROMOTION, promoted, replica_of, replication_info
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 
 WRITERS = 20
 #: Seconds of writes before the fault, and of the replica behind.
 BEFORE, BEHIND = 1.0, 0.5
-#: How long a promotion may take (node timeout 1 s, then an election).
-PROMOTION = 20.0
-
-
-def replication_info(node: RedisServer) -> dict[str, Any]:
-    with redis.Redis(host=node.host, port=node.port, socket_timeout=1) as client:
-        info: dict[str, Any] = client.info("replication")
-        return info
-
-
-def replica_of(cluster: RedisCluster, primary: RedisServer) -> RedisServer:
-    port = int(replication_info(primary)["slave0"]["port"])
-    return next(node for node in cluster.nodes if node.port == port)
-
-
-async def promoted(node: RedisServer) -> None:
-    deadline = time.monotonic() + PROMOTION
-    while time.monotonic() < deadline:
-        with contextlib.suppress(redis.RedisError):
-            if replication_info(node)["role"] == "master":
-                return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{node} was not promoted in {PROMOTION:g} s")
 
 
 async def present(client: Any, key: str) -> bool:

@@ -54,6 +54,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from local_redis import CONSUMER_GROUP, RedisCluster, RedisServer, eventually
 from taskiq_fanin.api.broker import find_fanin
+from tests.cluster_nodes import promoted, replica_of, replication_info
 from tests.failover_run import (
     GROUPS,
     PACE,
@@ -64,7 +65,6 @@ from tests.failover_run import (
     loaded,
     print_summary,
 )
-from tests.test_cluster_failover import promoted, replica_of, replication_info
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 

@@ -1,9 +1,9 @@
 """``durability="replicated"``: writes wait for replicas (``WAIT``), reads do not.
 
 fakeredis knows no ``WAIT``: here each pipeline's ``WAIT`` is sent as an
-``ECHO`` of the acknowledgements the test sets, so what the store does with
-too few is shown without a replica (``test_durability_replica.py`` has a real
-one).
+``ECHO`` of the acknowledgements the test sets (``tests/fake_replicas.py``), so
+what the store does with too few is shown without a replica
+(``test_durability_replica.py`` has a real one).
 """
 
 import re
@@ -11,8 +11,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from fakeredis.aioredis import FakeRedis
-from redis.asyncio.client import Pipeline
 
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.errors import InvalidOptionError, NotReplicatedError
@@ -25,42 +23,14 @@ from taskiq_fanin.store.replication import Replication, probe_key, replication
 from taskiq_fanin.store.replies import Outcome, Recorded
 from taskiq_fanin.store.scripts import READS, packaged
 from taskiq_fanin.worker.retrying import is_transient
-from tests.test_scripts import create
+from tests.fake_replicas import Replicas, WaitingRedis
+from tests.script_calls import create
 
 #: Redis commands that change data, as the scripts call them.
 WRITES = re.compile(
     r"call\('(SET|HSET|SADD|DEL|UNLINK|HDEL|HINCRBY|PEXPIRE|PEXPIREAT|RPUSH|ZADD|"
     r"ZREM|SREM|LPUSH|INCR|EXPIRE|HSETNX)'|\bmove(_field)?\(|keep_for_reading\("
 )
-
-
-class Replicas:
-    """The acknowledgements a faked WAIT answers, and the WAITs sent."""
-
-    def __init__(self) -> None:
-        self.acknowledged = 1
-        self.waits: list[tuple[Any, ...]] = []
-
-
-class WaitingPipeline(Pipeline):  # type: ignore[misc]
-    replicas: Replicas
-
-    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        if args[0] == "WAIT":
-            self.replicas.waits.append(args[1:])
-            return super().execute_command("ECHO", self.replicas.acknowledged)
-        return super().execute_command(*args, **kwargs)
-
-
-class WaitingRedis(FakeRedis):  # type: ignore[misc]
-    replicas: Replicas
-
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
-        pipe = WaitingPipeline(
-            self.connection_pool, self.response_callbacks, transaction, shard_hint
-        )
-        pipe.replicas = self.replicas
-        return pipe
 
 
 @pytest.fixture

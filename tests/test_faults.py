@@ -23,62 +23,41 @@ from typing import Any
 import pytest
 from redis.exceptions import RedisError
 
-from taskiq_fanin import ChainHandle, Signature, chain, group, sweep
+from taskiq_fanin import ChainHandle, Signature, chain
 from taskiq_fanin.inspection import chain_status, group_status
-from taskiq_fanin.sweeping import FindingKind, SweepAction, SweepReport
+from taskiq_fanin.sweeping import FindingKind, SweepAction
 from tests.fault_harness import (
     AOF,
     POOL_EXHAUSTED,
+    RECOVERY,
     RETRY_LOG,
+    SHORT_LEASE,
     Rig,
     alive,
     children_of,
+    completed_and_drained,
+    continuations,
     fault_rig,
+    killed_by_kill_switch,
     nudging,
+    plan,
+    state_of,
     summary,
+    sweep_until,
     the_child,
 )
 from tests.harness import eventually
 
 pytestmark = pytest.mark.faults
 
-#: Long enough for a worker restarted by ``taskiq worker`` and a 2 s idle timeout.
-RECOVERY = 60.0
-
-
-async def plan(rig: Rig, group_id: str, members: int) -> None:
-    app = rig.app
-    await group(
-        [Signature.of(app.member, group_id, index) for index in range(members)],
-        then=app.publish,
-        group_id=group_id,
-    ).kiq(app.broker)
-
 
 async def delivered_at_least(rig: Rig, task_name: str, least: int) -> bool:
     return await rig.delivered(task_name) >= least
 
 
-async def continuations(rig: Rig) -> list[dict[str, Any]]:
-    return [json.loads(item) for item in await rig.listed("continuations")]
-
-
 def lost(ran: list[dict[str, Any]], members: int) -> int:
     """Members whose outcome the (first) continuation did not receive."""
     return members - int(ran[0]["succeeded"]) if ran else members
-
-
-async def state_of(rig: Rig, group_id: str) -> str:
-    return (await group_status(rig.fanin, group_id)).state.value
-
-
-async def completed_and_drained(rig: Rig, group_id: str) -> bool:
-    """The continuation ran to its end (the group shrank to its tombstone) and
-    every message was delivered and acknowledged; not yet while Redis is away."""
-    try:
-        return await rig.drained() and await state_of(rig, group_id) == "completed"
-    except RedisError:
-        return False
 
 
 #: What a hook logs when it gives up on Redis (worker/middleware.py).
@@ -154,12 +133,6 @@ async def test_a_group_completes_by_itself_across_a_redis_restart_with_aof(
         "results_in_order": True,
     }
     assert indexed is None  # completed by itself: nothing left for a sweep
-
-
-#: The run lease of a continuation or step in the tests whose first delivery
-#: dies: a copy delivered again while it holds stays unacknowledged, and runs
-#: once it has run out (its worker renews it every third of it while alive).
-SHORT_LEASE = {"FINALISER_LEASE": "3"}
 
 
 async def test_chains_go_on_by_themselves_after_a_restart_longer_than_retry_for(
@@ -450,25 +423,6 @@ async def test_a_member_whose_worker_is_killed_mid_run_is_redelivered_and_counte
     assert len(ran) == 1
     assert ran[0]["succeeded"] == members
     assert (ran[0]["failed"], ran[0]["lost"]) == (0, 0)
-
-
-async def sweep_until(rig: Rig, kind: FindingKind) -> tuple[SweepReport, int]:
-    """Sweep until one finds (and acts on) a finding of ``kind``; also how many
-    sweeps that took."""
-    reports: list[SweepReport] = []
-
-    async def found() -> bool:
-        reports.append(await sweep(rig.app.broker))
-        return any(f.kind is kind for f in reports[-1].findings)
-
-    await eventually(found, timeout=RECOVERY, what=f"a sweep to find {kind.value}")
-    return reports[-1], len(reports)
-
-
-async def killed_by_kill_switch(rig: Rig) -> tuple[int, str]:
-    """The pid that the app's kill switch killed, and the message it was sending."""
-    pid, task_id = (await rig.flag("killed") or "0 -").split()
-    return int(pid), task_id
 
 
 async def _flagged(rig: Rig, name: str) -> bool:

@@ -15,7 +15,7 @@ from taskiq_fanin import ChainFailure, Signature, cancel, chain, sweep
 from taskiq_fanin.inspection import chain_status
 from taskiq_fanin.sweeping import SweepAction
 from tests.harness import drained, eventually, stream_broker, worker
-from tests.test_sweep_unknown_tasks import DEADLINE, chain_stuck
+from tests.stuck_chains import DEADLINE, chain_stuck
 
 
 def _saga(redis_url: str, key_prefix: str):

@@ -12,7 +12,6 @@ claims, once.
 import pytest
 from fakeredis.aioredis import FakeRedis
 from redis.asyncio import Redis
-from taskiq import BrokerMessage, InMemoryBroker
 
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group, sweep
 from taskiq_fanin.api.broker import context_of
@@ -25,6 +24,7 @@ from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.replies import GivenUp, Outcome, Recorded
 from taskiq_fanin.sweep import giving_up
 from taskiq_fanin.sweeping import FindingKind, SweepAction
+from tests.fake_brokers import MEMBER, MembersGoNowhere
 from tests.harness import eventually
 
 OPTIONS: dict[str, str | int] = {
@@ -230,17 +230,6 @@ async def test_the_lost_set_goes_with_the_group_when_it_completes(
     # By reference: kept as long as the tombstone, for a chain's next step.
     assert 0 < await client.pttl(wide.keys.lost) <= 5_000
     assert await wide.lost() == {0, 1, 2}
-
-
-class MembersGoNowhere(InMemoryBroker):
-    """Every member's kick is lost for good; anything else runs here."""
-
-    async def kick(self, message: BrokerMessage) -> None:
-        if message.task_name != MEMBER:
-            await super().kick(message)
-
-
-MEMBER = "give_up_windows:member"
 
 
 @pytest.mark.parametrize("inline_max", [5_000, 500], ids=["inline", "by reference"])

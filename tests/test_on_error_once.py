@@ -24,15 +24,19 @@ from taskiq_fanin.model.config import DEFAULT_MAX_REDRIVES
 from taskiq_fanin.model.ids import undo_chain_id
 from taskiq_fanin.models import Chain, Group
 from taskiq_fanin.sweeping import FindingKind, SweepAction, SweepReport
-from tests.fault_harness import Rig, alive, fault_rig, nudging, summary
-from tests.harness import eventually
-from tests.test_faults import (
+from tests.fault_harness import (
     RECOVERY,
     SHORT_LEASE,
+    Rig,
+    alive,
+    fault_rig,
     killed_by_kill_switch,
+    nudging,
     state_of,
+    summary,
     sweep_until,
 )
+from tests.harness import eventually
 
 
 async def _flagged(rig: Rig, name: str) -> bool:

@@ -25,7 +25,7 @@ from taskiq_fanin.store.outcome_batching import (
 )
 from taskiq_fanin.store.pipeline import Command, PipelineBatcher
 from taskiq_fanin.store.replies import Recorded
-from tests.test_scripts import TOKEN, create
+from tests.script_calls import TOKEN, create
 
 #: A gathering time long enough that a call which waits for nothing fails its
 #: test's deadline; and however slow the machine, a last call counts as recent.

@@ -34,9 +34,17 @@ from taskiq_fanin import GroupStatus, sweep
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.model.ids import member_task_id
 from taskiq_fanin.sweeping import FindingKind
-from tests.fault_harness import Rig, alive, fault_rig, summary, the_child
+from tests.fault_harness import (
+    Rig,
+    alive,
+    completed_and_drained,
+    continuations,
+    fault_rig,
+    plan,
+    summary,
+    the_child,
+)
 from tests.harness import eventually
-from tests.test_faults import completed_and_drained, continuations, plan
 
 pytestmark = pytest.mark.faults
 

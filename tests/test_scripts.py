@@ -21,8 +21,8 @@ from taskiq_fanin.store.replies import (
     Outcome,
     Recorded,
 )
+from tests.script_calls import OPTIONS, TOKEN, create, scripts_on
 
-TOKEN = "t0k3n"
 #: A delivery of a member (or continuation): the same one retrying after a
 #: lost reply is told what it did; another is a duplicate.
 DELIVERY = "d1"
@@ -31,38 +31,6 @@ DELIVERY = "d1"
 @pytest.fixture
 def keys(key_prefix: str) -> GroupKeys:
     return GroupKeys(key_prefix, "g1")
-
-
-def scripts_on(client: Redis, pipeline: PipelineBatcher | None = None) -> GroupScripts:
-    """The group scripts on ``client``, with a pipeline of their own."""
-    return GroupScripts(client, pipeline or PipelineBatcher(client))
-
-
-#: A group's options as planning writes them into its meta.
-OPTIONS = {
-    "then": '{"t":"then"}',
-    "on_error": "",
-    "policy": "continue",
-    "sweep": "report",
-    "span": 60_000,
-    "ttl": 3_600_000,
-    "cancellable": 0,
-    "depth": 1,
-}
-
-
-async def create(
-    scripts: GroupScripts, keys: GroupKeys, total: int = 3, token: str = TOKEN
-) -> tuple[Created, str]:
-    created, group_token, *_ = await scripts.create_group(
-        keys,
-        token=token,
-        options=OPTIONS,
-        members=[f'{{"t":"m","a":[{i}]}}' for i in range(total)],
-        planner_lease_ms=60_000,
-        claimant="planner",
-    )
-    return created, group_token
 
 
 async def record_with_outcomes(

@@ -32,7 +32,7 @@ from taskiq_fanin.store.sentinel import (
     parse_sentinel_url,
 )
 from taskiq_fanin.worker.retrying import is_transient
-from tests.harness import worker
+from tests.harness import close_sentinels, worker
 
 
 @pytest.mark.parametrize(
@@ -140,12 +140,6 @@ async def _group_through(
         await close_sentinels(broker.sentinel)  # taskiq-redis leaves them open
         gc.collect()  # a connection left open shows here, in this test
     return seen
-
-
-async def close_sentinels(sentinel: Sentinel) -> None:
-    """Close a ``Sentinel`` 's clients of its sentinels (nothing else does)."""
-    for client in sentinel.sentinels:
-        await client.aclose()
 
 
 async def test_the_middleware_works_from_a_sentinel_url() -> None:

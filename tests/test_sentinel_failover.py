@@ -44,6 +44,7 @@ from redis.asyncio import Redis
 from local_redis import RedisSentinel, RedisServer
 from taskiq_fanin.model.config import FanInConfig
 from tests.failover_run import PACE, RUN_LEASE, Run, check, loaded, print_summary
+from tests.harness import close_sentinels
 
 pytestmark = pytest.mark.faults
 
@@ -90,8 +91,8 @@ async def sentinel_run(
             try:
                 yield SentinelRun(app, obs, prefix, env, tmp_path, sentinel)
             finally:
-                for client in app.broker.sentinel.sentinels:
-                    await client.aclose()  # taskiq-redis leaves them open
+                # taskiq-redis leaves them open
+                await close_sentinels(app.broker.sentinel)
 
 
 @pytest.mark.parametrize("durability", DURABILITIES)

@@ -32,15 +32,12 @@ from tests.harness import (
     drained,
     eventually,
     lossy_stream_broker,
+    overdue,
     worker,
     worker_process,
 )
 
 SHORT = 0.3  # seconds: deadlines and leases short enough to pass within a test
-
-
-async def overdue(fanin: FanInMiddleware, group_id: str) -> bool:
-    return (await group_status(fanin, group_id)).overdue()
 
 
 async def test_a_member_never_dispatched_is_reported_then_redriven_once(

@@ -31,13 +31,14 @@ from tests.harness import (
     drained,
     eventually,
     lossy_stream_broker,
+    overdue,
     stream_broker,
     worker,
 )
+from tests.stuck_chains import DEADLINE, chain_stuck
 
 #: The renamed handler: the planner knows it, the worker and the sweep do not.
 UNKNOWN = "deploy:s3"
-DEADLINE = 0.5  # seconds a chain step may take before the sweep looks at it
 
 
 def register(broker: AsyncBroker, tasks: dict[str, Callable[..., Any]]) -> None:
@@ -97,14 +98,6 @@ class Deploy:
             chain_id=chain_id,
             on_error=Signature.of("deploy:on_failure"),
         ).kiq(self.planner)
-
-
-async def chain_stuck(fanin: FanInMiddleware, chain_id: str) -> bool:
-    report = await sweep(fanin, dry_run=True)
-    return any(
-        f.group_id == chain_id and f.kind is FindingKind.CHAIN_STUCK
-        for f in report.findings
-    )
 
 
 async def test_a_chain_at_a_step_no_worker_knows_is_not_redriven_and_given_up_once(
@@ -233,10 +226,6 @@ async def sweep_sees(fanin: FanInMiddleware, group_id: str) -> bool:
     """A dry run of the sweep finds the group due (its index entry is due)."""
     report = await sweep(fanin, dry_run=True)
     return [f.group_id for f in report.findings] == [group_id]
-
-
-async def overdue(fanin: FanInMiddleware, group_id: str) -> bool:
-    return (await group_status(fanin, group_id)).overdue()
 
 
 async def test_a_slow_step_that_ends_after_the_give_up_moves_the_chain_no_more(

@@ -27,6 +27,7 @@ from tests.harness import (
     drained,
     eventually,
     lossy_stream_broker,
+    overdue,
     stream_broker,
     worker,
 )
@@ -460,7 +461,3 @@ async def test_a_bad_window_is_refused_before_anything_is_written(
 async def recorded(fanin: Any, group_id: str, least: int) -> bool:
     status = await group_status(fanin, group_id)
     return status.done + status.failed >= least
-
-
-async def overdue(fanin: Any, group_id: str) -> bool:
-    return (await group_status(fanin, group_id)).overdue()

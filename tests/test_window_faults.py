@@ -19,14 +19,18 @@ from taskiq_fanin import Signature, group, sweep
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.model.ids import member_task_id
 from taskiq_fanin.sweeping import SweepAction
-from tests.fault_harness import Rig, alive, fault_rig, nudging, summary
-from tests.harness import eventually
-from tests.test_faults import (
+from tests.fault_harness import (
     RECOVERY,
+    Rig,
+    alive,
     completed_and_drained,
     continuations,
+    fault_rig,
     killed_by_kill_switch,
+    nudging,
+    summary,
 )
+from tests.harness import eventually
 
 pytestmark = pytest.mark.faults
 

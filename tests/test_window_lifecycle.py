@@ -32,15 +32,16 @@ from taskiq_fanin.model.ids import step_id
 from taskiq_fanin.model.results import GroupState
 from taskiq_fanin.store.keys import GroupKeys
 from taskiq_fanin.sweep import giving_up
+from tests.fake_brokers import MEMBER, MembersGoNowhere
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,
     drained,
     eventually,
+    overdue,
     stream_broker,
     worker,
 )
-from tests.test_give_up_windows import MEMBER, MembersGoNowhere
 from tests.window_probe import InFlightProbe
 
 SHORT = 0.3  # seconds: a deadline short enough to pass within a test
@@ -104,10 +105,6 @@ async def test_a_windowed_group_given_up_keeps_no_window_once_it_ends(
     assert status.state.value == "completed"
     assert await redis_client.exists(keys.window) == 0
     assert await immortal_keys(redis_client, key_prefix) == []
-
-
-async def overdue(fanin: object, group_id: str) -> bool:
-    return (await group_status(fanin, group_id)).overdue()  # type: ignore[arg-type]
 
 
 async def test_a_windowed_group_given_up_by_reference_pages_what_arrived_and_lost(

@@ -14,7 +14,7 @@ from taskiq_fanin.store.pipeline import PipelineBatcher
 from taskiq_fanin.store.records import GroupMeta
 from taskiq_fanin.store.releases import Released
 from taskiq_fanin.store.replies import Outcome, Recorded
-from tests.test_scripts import OPTIONS, TOKEN, scripts_on
+from tests.script_calls import OPTIONS, TOKEN, scripts_on
 
 #: A lease of the release that ran out already (the kick may have died).
 RUN_OUT = -1
