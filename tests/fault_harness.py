@@ -42,7 +42,7 @@ from local_redis import (
     poll_until,
     stream_drained,
 )
-from taskiq_fanin import FanInMiddleware, Signature, group, sweep
+from taskiq_fanin import ChainHandle, FanInMiddleware, Signature, group, sweep
 from taskiq_fanin.api.broker import find_fanin
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.sweeping import FindingKind, SweepReport
@@ -148,6 +148,10 @@ class Rig:
         found = await self.obs.get(self.key(name))
         return None if found is None else str(found)
 
+    async def flagged(self, name: str) -> bool:
+        """Whether the observation string ``name`` was set (a condition to wait on)."""
+        return await self.flag(name) is not None
+
     async def count(self, name: str) -> int:
         """Length of an observation list."""
         return int(await self.obs.llen(self.key(name)))
@@ -165,6 +169,10 @@ class Rig:
             return False
         bodies = await self.counted("running")
         return not any(count and alive(int(pid)) for pid, count in bodies.items())
+
+    async def failed_and_drained(self, handle: ChainHandle) -> bool:
+        """The chain failed, and nothing more will run (a condition to wait on)."""
+        return (await handle.status()).state.value == "failed" and await self.drained()
 
     async def added(self) -> int:
         """Messages ever added to the stream (it is never trimmed here)."""

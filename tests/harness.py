@@ -34,7 +34,7 @@ from local_redis import (
     eventually,
     stream_drained,
 )
-from taskiq_fanin import FanInMiddleware
+from taskiq_fanin import FanInMiddleware, sweep
 from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState
 from taskiq_fanin.store.client import RedisClient
@@ -53,6 +53,7 @@ __all__ = [
     "lossy_stream_broker",
     "overdue",
     "stream_broker",
+    "sweep_sees",
     "worker",
     "worker_process",
 ]
@@ -184,6 +185,13 @@ async def chain_reached(
 async def overdue(fanin: FanInMiddleware | AsyncBroker, group_id: str) -> bool:
     """Whether the group is past its deadline now (a condition for ``eventually``)."""
     return (await group_status(fanin, group_id)).overdue()
+
+
+async def sweep_sees(fanin: FanInMiddleware, group_id: str) -> bool:
+    """A dry run of the sweep finds the group due, and only it (its index entry
+    is due): a condition for ``eventually``."""
+    report = await sweep(fanin, dry_run=True)
+    return [f.group_id for f in report.findings] == [group_id]
 
 
 async def close_sentinels(sentinel: Sentinel) -> None:

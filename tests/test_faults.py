@@ -302,7 +302,7 @@ async def test_a_claim_whose_reply_a_stall_lost_is_finalised_by_its_own_retry(
         with rig.worker("a"):
             await plan(rig, "claim", members)
             await eventually(
-                lambda: _all_of(_done(rig, "claim", 2), _flagged(rig, "held")),
+                lambda: _all_of(_done(rig, "claim", 2), rig.flagged("held")),
                 what="two members recorded and the last one running",
             )
             rig.main.suspend()
@@ -386,7 +386,7 @@ async def test_a_member_whose_worker_is_killed_mid_run_is_redelivered_and_counte
         started = time.monotonic()
         with rig.worker("a") as a, rig.worker("b") as b:
             await plan(rig, "killed", members)
-            await eventually(lambda: _flagged(rig, "hung"), what="member 7 to hang")
+            await eventually(lambda: rig.flagged("hung"), what="member 7 to hang")
             pid = int(await rig.flag("hung") or 0)
             workers = {the_child(a), the_child(b)}
             assert pid in workers  # a worker proper, in the middle of member 7
@@ -425,10 +425,6 @@ async def test_a_member_whose_worker_is_killed_mid_run_is_redelivered_and_counte
     assert (ran[0]["failed"], ran[0]["lost"]) == (0, 0)
 
 
-async def _flagged(rig: Rig, name: str) -> bool:
-    return await rig.flag(name) is not None
-
-
 async def test_a_finaliser_killed_after_its_claim_is_recovered_by_the_sweep_once(
     tmp_path, monkeypatch
 ):
@@ -440,9 +436,7 @@ async def test_a_finaliser_killed_after_its_claim_is_recovered_by_the_sweep_once
         started = time.monotonic()
         with rig.worker("a"):
             await plan(rig, "final", members)
-            await eventually(
-                lambda: _flagged(rig, "killed"), what="the finaliser to die"
-            )
+            await eventually(lambda: rig.flagged("killed"), what="the finaliser to die")
             pid, sending = await killed_by_kill_switch(rig)
             claimed = await state_of(rig, "final")
             async with nudging(rig) as nudges:
@@ -501,13 +495,13 @@ async def test_a_chain_killed_between_failing_and_undoing_is_finished_by_the_swe
                 on_error=app.on_error,
                 chain_id="saga",
             ).kiq(app.broker)
-            await eventually(lambda: _flagged(rig, "killed"), what="the worker to die")
+            await eventually(lambda: rig.flagged("killed"), what="the worker to die")
             pid, sending = await killed_by_kill_switch(rig)
             failing = await handle.status()
             async with nudging(rig) as nudges:
                 report, sweeps = await sweep_until(rig, FindingKind.CHAIN_FAILING)
                 await eventually(
-                    lambda: _chain_failed_and_drained(rig, handle),
+                    lambda: rig.failed_and_drained(handle),
                     timeout=RECOVERY,
                     what="the chain to end and the stream to drain",
                 )
@@ -537,10 +531,6 @@ async def test_a_chain_killed_between_failing_and_undoing_is_finished_by_the_swe
     assert steps == {"saga~0": 1, "saga~1": 1, "saga~fail": 1}
     assert (status.state.value, status.failed_step) == ("failed", 2)
     assert undo.state.value == "done"
-
-
-async def _chain_failed_and_drained(rig: Rig, handle: ChainHandle) -> bool:
-    return (await handle.status()).state.value == "failed" and await rig.drained()
 
 
 async def test_a_burst_of_300_chains_on_a_worker_with_300_slots_all_completes(
@@ -676,7 +666,7 @@ async def test_a_continuation_or_step_killed_mid_run_runs_again_once(
                     *(Signature.of(app.step, "mid", n) for n in (1, 2)),
                     chain_id="mid",
                 ).kiq(app.broker)
-            await eventually(lambda: _flagged(rig, "hung"), what=f"{hang} to hang")
+            await eventually(lambda: rig.flagged("hung"), what=f"{hang} to hang")
             pid = int(await rig.flag("hung") or 0)
             assert pid in workers
             os.kill(pid, signal.SIGKILL)

@@ -39,14 +39,6 @@ from tests.fault_harness import (
 from tests.harness import eventually
 
 
-async def _flagged(rig: Rig, name: str) -> bool:
-    return await rig.flag(name) is not None
-
-
-async def _failed_and_drained(rig: Rig, handle: ChainHandle) -> bool:
-    return (await handle.status()).state.value == "failed" and await rig.drained()
-
-
 def saga(rig: Rig, chain_id: str) -> Chain:
     """Two steps that each have a compensation, then one that fails for good."""
     app = rig.app
@@ -77,7 +69,7 @@ def failing_group(rig: Rig, group_id: str, members: int) -> Group:
 
 async def _hung(rig: Rig) -> int:
     """Wait until a body chosen to hang (``HANG``) hangs: its worker's pid."""
-    await eventually(lambda: _flagged(rig, "hung"), what="on_error to hang")
+    await eventually(lambda: rig.flagged("hung"), what="on_error to hang")
     return int(await rig.flag("hung") or 0)
 
 
@@ -107,13 +99,13 @@ async def test_a_chain_whose_worker_died_after_kicking_on_error_runs_it_once(
         started = time.monotonic()
         with rig.worker("a"), rig.worker("b"):
             handle = await saga(rig, "saga").kiq(rig.app.broker)
-            await eventually(lambda: _flagged(rig, "killed"), what="the worker to die")
+            await eventually(lambda: rig.flagged("killed"), what="the worker to die")
             pid, sent = await killed_by_kill_switch(rig)
             failing = await handle.status()
             async with nudging(rig):
                 _, sweeps = await sweep_until(rig, FindingKind.CHAIN_FAILING)
                 await eventually(
-                    lambda: _failed_and_drained(rig, handle),
+                    lambda: rig.failed_and_drained(handle),
                     timeout=RECOVERY,
                     what="the chain to end and the stream to drain",
                 )
@@ -162,7 +154,7 @@ async def test_a_group_whose_finaliser_died_after_kicking_on_error_runs_it_once(
         started = time.monotonic()
         with rig.worker("a"), rig.worker("b"):
             await failing_group(rig, "grp", members).kiq(app.broker)
-            await eventually(lambda: _flagged(rig, "killed"), what="the worker to die")
+            await eventually(lambda: rig.flagged("killed"), what="the worker to die")
             pid, sent = await killed_by_kill_switch(rig)
 
             found: list[FindingKind] = []

@@ -33,6 +33,7 @@ from tests.harness import (
     eventually,
     lossy_stream_broker,
     overdue,
+    sweep_sees,
     worker,
     worker_process,
 )
@@ -347,7 +348,7 @@ async def test_redrives_stop_at_the_maximum(redis_url: str, key_prefix: str) -> 
         first = await sweep(fanin, policy="redrive")
         # The sweep looks again when its index says: a moment after the new
         # deadline (rescheduled after the re-drive, on Redis's clock).
-        await eventually(lambda: _sweep_sees(fanin, "g"), what="the new deadline")
+        await eventually(lambda: sweep_sees(fanin, "g"), what="the new deadline")
         second = await sweep(fanin, policy="redrive")
     finally:
         await broker.shutdown()
@@ -356,11 +357,6 @@ async def test_redrives_stop_at_the_maximum(redis_url: str, key_prefix: str) -> 
     (finding,) = second.findings
     assert (finding.applied, finding.redrives) == (False, 1)
     assert "re-drives used" in finding.note
-
-
-async def _sweep_sees(fanin: FanInMiddleware, group_id: str) -> bool:
-    report = await sweep(fanin, dry_run=True)
-    return [f.group_id for f in report.findings] == [group_id]
 
 
 async def test_the_sweep_task_is_scheduled_by_taskiq_and_returns_its_report(

@@ -17,7 +17,6 @@ from taskiq import AsyncBroker
 
 from taskiq_fanin import (
     ChainFailure,
-    FanInMiddleware,
     GroupResult,
     Signature,
     chain,
@@ -33,6 +32,7 @@ from tests.harness import (
     lossy_stream_broker,
     overdue,
     stream_broker,
+    sweep_sees,
     worker,
 )
 from tests.stuck_chains import DEADLINE, chain_stuck
@@ -220,12 +220,6 @@ async def test_group_members_no_worker_knows_are_left_and_the_known_missing_redr
     assert (left.missing, left.unknown_tasks, left.note) == ([2, 3], [UNKNOWN], note)
     assert left.applied is False
     assert status.redrives == 1  # none spent on the members left
-
-
-async def sweep_sees(fanin: FanInMiddleware, group_id: str) -> bool:
-    """A dry run of the sweep finds the group due (its index entry is due)."""
-    report = await sweep(fanin, dry_run=True)
-    return [f.group_id for f in report.findings] == [group_id]
 
 
 async def test_a_slow_step_that_ends_after_the_give_up_moves_the_chain_no_more(
