@@ -113,5 +113,5 @@ async def app_on(
         await broker.shutdown()
 
 
-async def published(app: ClusterApp, count: int) -> bool:
+async def published_at_least(app: ClusterApp, count: int) -> bool:
     return len(await app.published()) >= count
