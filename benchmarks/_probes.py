@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from local_redis.counting import PROBES
-from taskiq_fanin.store.scripts import packaged
+from taskiq_fanin.storage.scripts import packaged
 
 #: Commands slower than this (microseconds) are logged while a span runs.
 SLOWER_THAN_US = 250

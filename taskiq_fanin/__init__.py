@@ -14,16 +14,16 @@ from taskiq_fanin.api.chains import ChainHandle, chain
 from taskiq_fanin.api.control import cancel, status
 from taskiq_fanin.api.group_task import group_task
 from taskiq_fanin.api.groups import GroupHandle, group, group_handle
-from taskiq_fanin.api.sweeping import sweep
-from taskiq_fanin.model.errors import FanInError
-from taskiq_fanin.model.group_result import GroupResult
-from taskiq_fanin.model.results import (
+from taskiq_fanin.api.sweep_task import sweep
+from taskiq_fanin.domain.exceptions import FanInError
+from taskiq_fanin.domain.group_result import GroupResult
+from taskiq_fanin.domain.results import (
     ChainFailure,
     ChainStatus,
     GroupStatus,
     MemberError,
 )
-from taskiq_fanin.model.signature import Signature
+from taskiq_fanin.domain.signature import Signature
 from taskiq_fanin.worker.middleware import FanInMiddleware
 
 __all__ = [

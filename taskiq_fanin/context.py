@@ -17,19 +17,19 @@ from typing import Protocol
 
 from taskiq import AsyncBroker, TaskiqMessage
 
-from taskiq_fanin.model.config import FanInConfig
-from taskiq_fanin.model.errors import MiddlewareNotFoundError
-from taskiq_fanin.model.group_result import running_pages
-from taskiq_fanin.model.labels import MemberRef
-from taskiq_fanin.model.spec import ChainSpec
-from taskiq_fanin.store.chain_scripts import ChainScripts
-from taskiq_fanin.store.client import RedisClient
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.outcome_batching import OutcomeBatcher, OutcomeBatching
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.queue_kicks import kicking_broker, prompt_broker
-from taskiq_fanin.store.replication import replication
-from taskiq_fanin.store.result_pages import ResultPageReader
+from taskiq_fanin.domain.config import FanInConfig
+from taskiq_fanin.domain.exceptions import MiddlewareNotFoundError
+from taskiq_fanin.domain.group_result import running_pages
+from taskiq_fanin.domain.labels import MemberRef
+from taskiq_fanin.domain.spec import ChainSpec
+from taskiq_fanin.storage.chain_scripts import ChainScripts
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.result_pages import ResultPageReader
+from taskiq_fanin.transport.client import RedisClient
+from taskiq_fanin.transport.outcome_batching import OutcomeBatcher, OutcomeBatching
+from taskiq_fanin.transport.pipeline import PipelineBatcher
+from taskiq_fanin.transport.queue_kicks import kicking_broker, prompt_broker
+from taskiq_fanin.transport.replication import replication
 
 #: Who claims a finaliser's lease, for inspection.
 CLAIMANT = f"{socket.gethostname()}:{os.getpid()}"

@@ -1,15 +1,16 @@
 """Every error taskiq-fanin raises or records, under ``FanInError``.
 
-Catch ``FanInError`` for any of them; ``model/errors.py`` says which are bad
+Catch ``FanInError`` for any of them; ``domain/exceptions.py`` says which are bad
 input (raised before anything is written) and which are met later, in a worker
 or as a recorded outcome.
 """
 
-from taskiq_fanin.model.errors import (
+from taskiq_fanin.domain.exceptions import (
     ArgumentsMismatchError,
     ChainCancelledError,
     ChainGivenUpError,
     FanInError,
+    GroupLostError,
     GroupResultsExpiredError,
     GroupStepFailedError,
     GroupTaskOrderError,
@@ -31,7 +32,6 @@ from taskiq_fanin.model.errors import (
     RunningElsewhereError,
     UnknownTaskError,
 )
-from taskiq_fanin.model.planning_errors import GroupLostError
 
 __all__ = [
     "ArgumentsMismatchError",

@@ -8,15 +8,15 @@ values they and ``group(...)`` refer to, and the types ``group(...)`` and
 
 from taskiq_fanin.api.chains import Chain
 from taskiq_fanin.api.groups import Group
-from taskiq_fanin.model.options import GroupOptions
-from taskiq_fanin.model.results import (
+from taskiq_fanin.domain.options import GroupOptions
+from taskiq_fanin.domain.results import (
     ChainState,
     FailurePolicy,
     GroupState,
     OnErrorState,
     SweepPolicy,
 )
-from taskiq_fanin.store.outcome_batching import OutcomeBatching
+from taskiq_fanin.transport.outcome_batching import OutcomeBatching
 
 __all__ = [
     "Chain",

@@ -25,11 +25,16 @@ from redis.exceptions import RedisError
 from taskiq import TaskiqError
 
 from local_redis import CONSUMER_GROUP, eventually
-from taskiq_fanin import Signature, chain, group, sweep
+from taskiq_fanin import (
+    Signature,
+    chain,
+    group,
+    sweep,
+)
 from taskiq_fanin.api.broker import find_fanin
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.models import GroupState
-from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.sweeping import SweepAction, SweepReport
 from tests.fault_harness import summary
 from tests.harness import worker_process

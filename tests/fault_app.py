@@ -51,7 +51,7 @@ from taskiq_redis import ListQueueBroker, RedisStreamBroker
 
 from local_redis import DuplicatingMiddleware
 from taskiq_fanin import ChainFailure, FanInMiddleware, GroupResult
-from taskiq_fanin.model.labels import CONTINUATION_LABEL
+from taskiq_fanin.domain.labels import CONTINUATION_LABEL
 from tests.failover_tasks import CountDeliveries, Observer
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

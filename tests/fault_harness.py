@@ -42,7 +42,13 @@ from local_redis import (
     poll_until,
     stream_drained,
 )
-from taskiq_fanin import ChainHandle, FanInMiddleware, Signature, group, sweep
+from taskiq_fanin import (
+    ChainHandle,
+    FanInMiddleware,
+    Signature,
+    group,
+    sweep,
+)
 from taskiq_fanin.api.broker import find_fanin
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.sweeping import FindingKind, SweepReport
@@ -75,7 +81,7 @@ __all__ = [
 APP = "tests.fault_app:broker"
 #: A Redis that keeps every write it acknowledged across a crash.
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
-#: What a worker logs when a hook meets Redis away and retries (worker/retrying.py).
+#: What a worker logs when a hook meets Redis away and retries (transport/retrying.py).
 RETRY_LOG = "Redis is away"
 #: What a client whose pool ran dry raises or logs.
 POOL_EXHAUSTED = re.compile(r"MaxConnectionsError|Too many connections")

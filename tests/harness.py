@@ -37,7 +37,7 @@ from local_redis import (
 from taskiq_fanin import FanInMiddleware, sweep
 from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState
-from taskiq_fanin.store.client import RedisClient
+from taskiq_fanin.transport.client import RedisClient
 
 __all__ = [
     "BLOCK_MS",
@@ -97,7 +97,7 @@ def stream_broker(
     (on ``fanin_redis``, a URL or a client, when given, else on the broker's Redis).
 
     A plain ``RedisStreamBroker``, so the library's kicks go in pipelines as they
-    do for users (``taskiq_fanin.store.queue_kicks``).
+    do for users (``taskiq_fanin.transport.queue_kicks``).
     """
     broker = RedisStreamBroker(
         redis_url, queue_name=f"{prefix}:stream", xread_block=BLOCK_MS

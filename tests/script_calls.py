@@ -5,10 +5,10 @@ planning writes them, and a group created with them.
 
 from redis.asyncio import Redis
 
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.replies import Created
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.replies import Created
+from taskiq_fanin.transport.pipeline import PipelineBatcher
 
 TOKEN = "t0k3n"
 

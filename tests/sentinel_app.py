@@ -15,7 +15,7 @@ import os
 
 from taskiq_redis import RedisStreamSentinelBroker
 
-from taskiq_fanin.store.sentinel import parse_sentinel_url
+from taskiq_fanin.transport.sentinel import parse_sentinel_url
 from tests.failover_tasks import Observer, install
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis+sentinel://127.0.0.1:26379/fanin/0")

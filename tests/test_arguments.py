@@ -10,16 +10,22 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 from taskiq import Context, InMemoryBroker, TaskiqDepends
 
-from taskiq_fanin import FanInError, FanInMiddleware, Signature, chain, group
-from taskiq_fanin.chains.validation import validate_chain
+from taskiq_fanin import (
+    FanInError,
+    FanInMiddleware,
+    Signature,
+    chain,
+    group,
+)
+from taskiq_fanin.chains.chain_validation import validate_chain
+from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
 from taskiq_fanin.errors import (
     ArgumentsMismatchError,
     InvalidChainError,
     InvalidGroupError,
     NotATaskError,
 )
-from taskiq_fanin.groups.validation import validate_group
-from taskiq_fanin.model.spec import ChainSpec, GroupSpec
+from taskiq_fanin.groups.group_validation import validate_group
 from taskiq_fanin.worker.skipping import _guarded
 
 broker = InMemoryBroker()

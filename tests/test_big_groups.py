@@ -15,21 +15,27 @@ import pytest
 from redis.asyncio import Redis
 
 from local_redis import RedisServer
-from taskiq_fanin import GroupResult, Signature, chain, group, sweep
+from taskiq_fanin import (
+    GroupResult,
+    Signature,
+    chain,
+    group,
+    sweep,
+)
 from taskiq_fanin.api.broker import context_of
-from taskiq_fanin.groups import ledger
-from taskiq_fanin.groups.planning import plan_group
-from taskiq_fanin.groups.validation import validate_group
-from taskiq_fanin.inspection import group_status
-from taskiq_fanin.model.errors import (
+from taskiq_fanin.domain.exceptions import (
     GroupTooWideError,
     InvalidChainError,
     InvalidGroupError,
     MemberTooLargeError,
 )
-from taskiq_fanin.model.ids import member_task_id
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.domain.ids import member_task_id
+from taskiq_fanin.groups import ledger
+from taskiq_fanin.groups.group_validation import validate_group
+from taskiq_fanin.groups.planning import plan_group
+from taskiq_fanin.inspection import group_status
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.sweeping import FindingKind, SweepAction
 from tests.harness import (
     SentMessages,

@@ -20,8 +20,8 @@ from taskiq import InMemoryBroker
 from taskiq_fanin import FanInMiddleware, cancel, sweep
 from taskiq_fanin.api import control, retries
 from taskiq_fanin.api.control import Kind
-from taskiq_fanin.store.keys import sweep_lock_key
-from taskiq_fanin.worker.retrying import is_transient
+from taskiq_fanin.storage.keys import sweep_lock_key
+from taskiq_fanin.transport.retrying import is_transient
 from tests.fake_replicas import Refusing, RefusingRedis
 
 RETRY_FOR = 0.6

@@ -15,7 +15,12 @@ import fakeredis
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group
+from taskiq_fanin import (
+    FanInMiddleware,
+    GroupResult,
+    Signature,
+    group,
+)
 from taskiq_fanin.api.broker import context_of
 from taskiq_fanin.errors import FanInError, GroupLostError, MemberNotSerializableError
 from taskiq_fanin.groups import ledger
@@ -196,8 +201,8 @@ async def test_chunks_that_end_unsealed_are_taken_back_not_dispatched(
 ) -> None:
     """A source that stops before its last chunk (a bug, or a generator
     finished by an earlier error) never has a ledger kicked unsealed."""
+    from taskiq_fanin.groups.group_validation import validate_group
     from taskiq_fanin.groups.planning import plan_group
-    from taskiq_fanin.groups.validation import validate_group
 
     broker, client, seen = rig
     member, _ = seen["tasks"]

@@ -17,10 +17,17 @@ from typing import Any
 import pytest
 
 from local_redis import eventually
-from taskiq_fanin import FanInMiddleware, GroupResult, Signature, cancel, chain, group
+from taskiq_fanin import (
+    FanInMiddleware,
+    GroupResult,
+    Signature,
+    cancel,
+    chain,
+    group,
+)
 from taskiq_fanin.errors import NotReplicatedError
 from taskiq_fanin.inspection import group_status
-from taskiq_fanin.store.scripts import packaged
+from taskiq_fanin.storage.scripts import packaged
 from tests.fake_brokers import Kicks, settled
 from tests.fake_replicas import Refusing, RefusingPipeline, RefusingRedis, Stack
 
@@ -198,7 +205,7 @@ def writes(command: tuple[Any, ...]) -> bool:
     """Whether a command sent to Redis writes (a script call: unless it reads)."""
     name = str(command[0]).upper()
     if name == "SET" and str(command[1]).endswith(":replicated"):
-        return False  # the probe a WAIT follows (store/replication.py)
+        return False  # the probe a WAIT follows (transport/replication.py)
     if name == "EVALSHA":
         return command[1] not in READ_SHAS
     return name in WRITING

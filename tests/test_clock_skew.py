@@ -11,10 +11,17 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group, sweep
+from taskiq_fanin import (
+    FanInMiddleware,
+    GroupResult,
+    Signature,
+    chain,
+    group,
+    sweep,
+)
 from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState
-from taskiq_fanin.store.keys import ChainKeys, GroupKeys
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
 from tests.harness import SentMessages, eventually, stream_broker, worker
 
 TTL, DEADLINE = 1800.0, 600.0

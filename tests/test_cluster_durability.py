@@ -11,7 +11,7 @@ import redis
 
 from local_redis import RedisCluster
 from taskiq_fanin import Signature, chain, group
-from taskiq_fanin.model.ids import member_task_id
+from taskiq_fanin.domain.ids import member_task_id
 from tests.cluster_harness import app_on, published_at_least
 
 pytestmark = pytest.mark.cluster

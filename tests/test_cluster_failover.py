@@ -21,10 +21,10 @@ import pytest
 import redis
 
 from local_redis import RedisCluster, RedisServer, eventually
-from taskiq_fanin.store.client import connect
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.replication import Replication
-from taskiq_fanin.worker.retrying import retrying
+from taskiq_fanin.transport.client import connect
+from taskiq_fanin.transport.pipeline import PipelineBatcher
+from taskiq_fanin.transport.replication import Replication
+from taskiq_fanin.transport.retrying import retrying
 from tests.cluster_nodes import PROMOTION, promoted, replica_of, replication_info
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults]

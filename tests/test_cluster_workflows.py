@@ -27,11 +27,11 @@ from taskiq_fanin import (
     group,
     sweep,
 )
+from taskiq_fanin.domain.ids import member_task_id
 from taskiq_fanin.errors import InvalidOptionError
 from taskiq_fanin.inspection import chain_status, group_status
-from taskiq_fanin.model.ids import member_task_id
-from taskiq_fanin.store.keys import index_key, sweep_lock_key
-from taskiq_fanin.store.queue_kicks import PipelinedBroker, kicking_broker
+from taskiq_fanin.storage.keys import index_key, sweep_lock_key
+from taskiq_fanin.transport.queue_kicks import PipelinedBroker, kicking_broker
 from tests import cluster_app
 from tests.cli_runner import run_cli
 from tests.cluster_harness import APP, ClusterApp, app_on, published_at_least

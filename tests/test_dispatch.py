@@ -14,7 +14,7 @@ from taskiq.exceptions import SendTaskError
 from taskiq_redis import ListQueueBroker, RedisStreamBroker
 
 from taskiq_fanin import FanInMiddleware, Signature, group
-from taskiq_fanin.store.queue_kicks import (
+from taskiq_fanin.transport.queue_kicks import (
     PipelinedBroker,
     kicking_broker,
     prompt_broker,

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.surface
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "taskiq_fanin"
-LUA = PACKAGE / "store" / "lua"
+LUA = PACKAGE / "storage" / "lua"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 #: Every Markdown file a reader is sent to from the README.
 PAGES = [ROOT / "README.md", *DOCS, ROOT / "benchmarks" / "README.md"]
@@ -28,7 +28,7 @@ CODE_SPAN = re.compile(r"`([^`\n]+)`")
 #: A test cited as `test_x.py`, `tests/test_x.py::name` or `::name` (same file).
 CITATION = re.compile(r"^(?:tests/)?(test_\w+\.py)?(?:::(\w+))?$")
 LUA_NAME = re.compile(r"\b[a-z][A-Za-z]*-\d+\.lua\b")
-#: A path of the repository or of the package in a code span: `store/keys.py`.
+#: A path of the repository or of the package in a code span: `storage/keys.py`.
 SOURCE_PATH = re.compile(r"^[\w./-]+/[\w-]+\.(?:py|lua)$")
 
 

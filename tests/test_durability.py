@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 
 from taskiq_fanin import FanInMiddleware
+from taskiq_fanin.domain.config import Durability, FanInConfig
 from taskiq_fanin.errors import InvalidOptionError, NotReplicatedError
-from taskiq_fanin.model.config import Durability, FanInConfig
-from taskiq_fanin.store.chain_scripts import ChainScripts
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import ChainKeys, GroupKeys
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.replication import Replication, probe_key, replication
-from taskiq_fanin.store.replies import Outcome, Recorded
-from taskiq_fanin.store.scripts import READS, packaged
-from taskiq_fanin.worker.retrying import is_transient
+from taskiq_fanin.storage.chain_scripts import ChainScripts
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
+from taskiq_fanin.storage.replies import Outcome, Recorded
+from taskiq_fanin.storage.scripts import READS, packaged
+from taskiq_fanin.transport.pipeline import PipelineBatcher
+from taskiq_fanin.transport.replication import Replication, probe_key, replication
+from taskiq_fanin.transport.retrying import is_transient
 from tests.fake_replicas import Replicas, WaitingRedis
 from tests.script_calls import create
 
@@ -150,7 +150,7 @@ def test_the_reads_write_nothing_and_every_other_script_writes() -> None:
 
 
 def _own_source(filename: str) -> str:
-    from taskiq_fanin.store.scripts import _source
+    from taskiq_fanin.storage.scripts import _source
 
     return _source(filename)
 
@@ -190,7 +190,7 @@ async def test_a_chain_s_advance_and_finish_refused_for_replicas_are_told_again(
 ) -> None:
     """A step's retry after ``NotReplicatedError``: the same delivery is told
     ``ADVANCED`` (kick the next step) and ``DONE`` again, not a duplicate."""
-    from taskiq_fanin.store.replies import Advanced, Finished
+    from taskiq_fanin.storage.replies import Advanced, Finished
 
     _, chains = scripts_on(waiting, durable=True)
     keys = ChainKeys("t", "c")

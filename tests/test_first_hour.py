@@ -18,7 +18,7 @@ from taskiq_fanin import (
     sweep,
 )
 from taskiq_fanin.models import ChainState
-from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.storage.keys import GroupKeys
 from tests.harness import (
     SentMessages,
     drained,

@@ -16,15 +16,22 @@ import pytest
 from redis.asyncio import Redis
 
 from local_redis import RedisServer
-from taskiq_fanin import ChainFailure, GroupResult, Signature, chain, group, sweep
+from taskiq_fanin import (
+    ChainFailure,
+    GroupResult,
+    Signature,
+    chain,
+    group,
+    sweep,
+)
+from taskiq_fanin.domain.ids import member_task_id, step_id
+from taskiq_fanin.domain.results import ChainState, GroupState
 from taskiq_fanin.inspection import group_status
-from taskiq_fanin.model.ids import member_task_id, step_id
-from taskiq_fanin.model.results import ChainState, GroupState
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.pipeline import PipelineBatcher
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.sweep.giving_up import GIVE_UP_WINDOW
 from taskiq_fanin.sweeping import SweepAction
+from taskiq_fanin.transport.pipeline import PipelineBatcher
 from tests.harness import SentMessages, drained, eventually, lossy_stream_broker, worker
 from tests.slow_commands import BOUND_US, assert_bounded
 

@@ -13,17 +13,23 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 from redis.asyncio import Redis
 
-from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group, sweep
+from taskiq_fanin import (
+    FanInMiddleware,
+    GroupResult,
+    Signature,
+    group,
+    sweep,
+)
 from taskiq_fanin.api.broker import context_of
+from taskiq_fanin.domain.results import GroupState
 from taskiq_fanin.inspection import group_status
-from taskiq_fanin.model.results import GroupState
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.records import GroupMeta
-from taskiq_fanin.store.replies import GivenUp, Outcome, Recorded
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.records import GroupMeta
+from taskiq_fanin.storage.replies import GivenUp, Outcome, Recorded
 from taskiq_fanin.sweep import giving_up
 from taskiq_fanin.sweeping import FindingKind, SweepAction
+from taskiq_fanin.transport.pipeline import PipelineBatcher
 from tests.fake_brokers import MEMBER, MembersGoNowhere
 from tests.harness import eventually
 

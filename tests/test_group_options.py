@@ -13,13 +13,19 @@ import pytest
 from redis.asyncio import Redis
 from taskiq import BrokerMessage, InMemoryBroker
 
-from taskiq_fanin import FanInMiddleware, Signature, chain, group, group_task
+from taskiq_fanin import (
+    FanInMiddleware,
+    Signature,
+    chain,
+    group,
+    group_task,
+)
 from taskiq_fanin.chains.tasks import CONTINUE_TASK_NAME, FAIL_TASK_NAME
-from taskiq_fanin.model.labels import CANCELLABLE_LABEL
-from taskiq_fanin.model.options import GroupOptionsArgs
+from taskiq_fanin.domain.labels import CANCELLABLE_LABEL
+from taskiq_fanin.domain.options import GroupOptionsArgs
 from taskiq_fanin.models import GroupOptions
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.records import META_FIELDS
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.records import META_FIELDS
 
 #: A value of each option that is not its default (continuations: task names),
 #: and a check of the meta (fields as text, the meta's TTL in ms) for it.

@@ -32,11 +32,16 @@ from hypothesis.stateful import (
 )
 from redis.asyncio import Redis
 
-from taskiq_fanin.store.chain_scripts import ChainScripts
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import ChainKeys, GroupKeys
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.replies import Begin, Failed, Outcome, Recorded
+from taskiq_fanin.storage.chain_scripts import ChainScripts
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
+from taskiq_fanin.storage.replies import (
+    Begin,
+    Failed,
+    Outcome,
+    Recorded,
+)
+from taskiq_fanin.transport.pipeline import PipelineBatcher
 
 T = TypeVar("T")
 #: What the random runs met: (the holder's state, the copy of its attempt, the

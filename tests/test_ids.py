@@ -25,9 +25,7 @@ from taskiq_fanin import (
 )
 from taskiq_fanin.api import group_task as group_task_module
 from taskiq_fanin.api.control import Kind, resolve
-from taskiq_fanin.errors import IdInUseError, InvalidChainIdError, InvalidGroupError
-from taskiq_fanin.inspection import chain_status, group_status
-from taskiq_fanin.model.ids import (
+from taskiq_fanin.domain.ids import (
     LONGEST_DERIVED_ID,
     LONGEST_ID,
     chain_on_error_id,
@@ -36,8 +34,10 @@ from taskiq_fanin.model.ids import (
     redriven_member_id,
     step_id,
 )
+from taskiq_fanin.errors import IdInUseError, InvalidChainIdError, InvalidGroupError
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState, GroupState
-from taskiq_fanin.store.keys import ChainKeys
+from taskiq_fanin.storage.keys import ChainKeys
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,

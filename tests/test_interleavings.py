@@ -9,7 +9,7 @@ fail, keep going, are cancelled and re-driven. After every step:
 - the continuation is claimed by exactly one delivery, and only once every
   member is terminal (or the sweep gave up on the rest);
 - done and failed never share a member, and the counts match the sets;
-- states only move along their table (``model/states.py``);
+- states only move along their table (``domain/states.py``);
 - one copy of a continuation or a chain step runs at a time.
 
 Run on fakeredis (the scripts through lupa) and on a real redis-server.
@@ -33,13 +33,12 @@ from hypothesis.stateful import (
 )
 from redis.asyncio import Redis
 
-from taskiq_fanin.model.states import may_move
-from taskiq_fanin.store import releases
-from taskiq_fanin.store.chain_scripts import ChainScripts
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import ChainKeys, GroupKeys
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.replies import (
+from taskiq_fanin.domain.states import may_move
+from taskiq_fanin.storage import releases
+from taskiq_fanin.storage.chain_scripts import ChainScripts
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
+from taskiq_fanin.storage.replies import (
     Advanced,
     Begin,
     Failed,
@@ -47,6 +46,7 @@ from taskiq_fanin.store.replies import (
     Outcome,
     Recorded,
 )
+from taskiq_fanin.transport.pipeline import PipelineBatcher
 
 T = TypeVar("T")
 #: What the runs did, for the summary line (``pytest -s``).

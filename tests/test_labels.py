@@ -10,7 +10,7 @@ from taskiq import InMemoryBroker, TaskiqMessage, TaskiqResult
 
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
-from taskiq_fanin.model.labels import (
+from taskiq_fanin.domain.labels import (
     CONTINUATION_LABEL,
     DEPTH_LABEL,
     MEMBER_LABEL,

@@ -19,8 +19,8 @@ import pytest
 from taskiq import TaskiqMessage
 
 from taskiq_fanin import Signature, group
+from taskiq_fanin.domain.labels import MEMBER_LABEL
 from taskiq_fanin.inspection import group_status
-from taskiq_fanin.model.labels import MEMBER_LABEL
 from tests.fault_harness import Rig, alive, children_of, fault_rig, nudging, summary
 from tests.fault_harness import the_child as worker_child
 from tests.harness import DuplicatingMiddleware, eventually

@@ -27,7 +27,12 @@ from redis.asyncio import Redis
 import taskiq_fanin
 from local_redis import RedisServer, stream_drained
 from local_redis.secure import SecureRedisServer, TlsUnavailableError
-from taskiq_fanin import Signature, chain, group, sweep
+from taskiq_fanin import (
+    Signature,
+    chain,
+    group,
+    sweep,
+)
 from tests.harness import eventually, worker_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +60,7 @@ _NOT_COMMANDS = {"execute", "pipeline", "register_script", "aclose", "initialize
 
 
 def _lua_commands() -> Iterator[str]:
-    lua = Path(taskiq_fanin.__file__).parent / "store" / "lua"
+    lua = Path(taskiq_fanin.__file__).parent / "storage" / "lua"
     for script in lua.glob("*.lua"):
         text = script.read_text()
         assert "redis.pcall" not in text, script.name

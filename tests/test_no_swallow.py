@@ -14,7 +14,7 @@ from taskiq import InMemoryBroker, TaskiqMessage, TaskiqResult
 from local_redis import free_port
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
-from taskiq_fanin.model.labels import CONTINUATION_LABEL, MEMBER_LABEL, OnErrorRef
+from taskiq_fanin.domain.labels import CONTINUATION_LABEL, MEMBER_LABEL, OnErrorRef
 
 RETRY_FOR = 0.5
 #: What a connect to a port nobody listens on raises: refused at once, or, on a

@@ -35,18 +35,23 @@ from taskiq_fanin import (
     sweep,
 )
 from taskiq_fanin.api.chains import Chain
+from taskiq_fanin.domain.ids import member_task_id
+from taskiq_fanin.domain.labels import RETRIES_LABEL, retry_labels, takes_over
 from taskiq_fanin.inspection import list_chains
-from taskiq_fanin.model.ids import member_task_id
-from taskiq_fanin.model.labels import RETRIES_LABEL, retry_labels, takes_over
 from taskiq_fanin.models import ChainState
-from taskiq_fanin.store.chain_scripts import ChainScripts
-from taskiq_fanin.store.keys import ChainKeys, chain_index_key
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.rechecks import Lost
-from taskiq_fanin.store.records import ChainRecord
-from taskiq_fanin.store.replies import Begin, Failed
-from taskiq_fanin.sweep import chains as sweep_chains
-from taskiq_fanin.sweeping import Finding, FindingKind, SweepAction, SweepReport
+from taskiq_fanin.storage.chain_scripts import ChainScripts
+from taskiq_fanin.storage.keys import ChainKeys, chain_index_key
+from taskiq_fanin.storage.rechecks import Lost
+from taskiq_fanin.storage.records import ChainRecord
+from taskiq_fanin.storage.replies import Begin, Failed
+from taskiq_fanin.sweep import chain_sweep
+from taskiq_fanin.sweeping import (
+    Finding,
+    FindingKind,
+    SweepAction,
+    SweepReport,
+)
+from taskiq_fanin.transport.pipeline import PipelineBatcher
 from tests.harness import (
     SentMessages,
     chain_reached,
@@ -443,13 +448,13 @@ async def test_a_watched_failed_member_chain_is_settled_once(
     broker, fanin = stream_broker(redis_url, key_prefix)
     go = asyncio.Event()
     settled: list[str] = []
-    settle = sweep_chains.settle_member
+    settle = chain_sweep.settle_member
 
     async def counted(ctx: object, chain: ChainRecord, *, delivery: str) -> None:
         settled.append(delivery)
         await settle(ctx, chain, delivery=delivery)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sweep_chains, "settle_member", counted)
+    monkeypatch.setattr(chain_sweep, "settle_member", counted)
     chains = FailingChains(broker, go)
     index = chain_index_key(key_prefix)
     member = member_task_id("gm", 0)  # the member chain's id

@@ -18,10 +18,16 @@ import time
 
 import pytest
 
-from taskiq_fanin import ChainHandle, Signature, chain, group, sweep
+from taskiq_fanin import (
+    ChainHandle,
+    Signature,
+    chain,
+    group,
+    sweep,
+)
+from taskiq_fanin.domain.config import DEFAULT_MAX_REDRIVES
+from taskiq_fanin.domain.ids import undo_chain_id
 from taskiq_fanin.inspection import chain_status
-from taskiq_fanin.model.config import DEFAULT_MAX_REDRIVES
-from taskiq_fanin.model.ids import undo_chain_id
 from taskiq_fanin.models import Chain, Group
 from taskiq_fanin.sweeping import FindingKind, SweepAction, SweepReport
 from tests.fault_harness import (

@@ -8,14 +8,19 @@ read from hashes.
 
 import asyncio
 
-from taskiq_fanin import ChainFailure, FanInMiddleware, Signature, chain
+from taskiq_fanin import (
+    ChainFailure,
+    FanInMiddleware,
+    Signature,
+    chain,
+)
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.record import status_from_record
+from taskiq_fanin.domain.ids import chain_on_error_id
+from taskiq_fanin.domain.states import ON_ERROR_MOVES
 from taskiq_fanin.inspection import chain_status
-from taskiq_fanin.model.ids import chain_on_error_id
-from taskiq_fanin.model.states import ON_ERROR_MOVES
 from taskiq_fanin.models import ChainState, OnErrorState
-from taskiq_fanin.store.records import ChainRecord
+from taskiq_fanin.storage.records import ChainRecord
 from tests.harness import (
     chain_reached,
     drained,

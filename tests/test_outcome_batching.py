@@ -14,17 +14,17 @@ from redis.asyncio import Redis
 from taskiq import NoResultError, TaskiqMessage, TaskiqResult
 
 from taskiq_fanin import FanInMiddleware
-from taskiq_fanin.model.labels import MEMBER_LABEL
+from taskiq_fanin.domain.labels import MEMBER_LABEL
 from taskiq_fanin.models import OutcomeBatching
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.outcome_batching import (
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.replies import Recorded
+from taskiq_fanin.transport.outcome_batching import (
     OutcomeBatcher,
     OutcomeStats,
     group_call_key,
 )
-from taskiq_fanin.store.pipeline import Command, PipelineBatcher
-from taskiq_fanin.store.replies import Recorded
+from taskiq_fanin.transport.pipeline import Command, PipelineBatcher
 from tests.script_calls import TOKEN, create
 
 #: A gathering time long enough that a call which waits for nothing fails its

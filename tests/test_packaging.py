@@ -55,8 +55,8 @@ def _metadata(wheel: Path) -> Message:
 def test_the_wheel_ships_every_lua_script_and_py_typed(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     # Every script the package finds in its folder, and the prelude.
-    folder = ROOT / "taskiq_fanin" / "store" / "lua"
-    scripts = {f"taskiq_fanin/store/lua/{path.name}" for path in folder.glob("*.lua")}
+    folder = ROOT / "taskiq_fanin" / "storage" / "lua"
+    scripts = {f"taskiq_fanin/storage/lua/{path.name}" for path in folder.glob("*.lua")}
     assert len(scripts) > 20
     assert {name for name in names if name.endswith(".lua")} == scripts
     assert "taskiq_fanin/py.typed" in names

@@ -6,9 +6,14 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 from taskiq import BrokerMessage, InMemoryBroker
 
-from taskiq_fanin import FanInMiddleware, Signature, group, group_task
+from taskiq_fanin import (
+    FanInMiddleware,
+    Signature,
+    group,
+    group_task,
+)
 from taskiq_fanin.inspection import group_status
-from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.storage.keys import GroupKeys
 from tests.harness import eventually
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import taskiq_fanin
 import taskiq_fanin.errors
-from taskiq_fanin.model.errors import FanInError
+from taskiq_fanin.domain.exceptions import FanInError
 
 #: Reads files, not the dependencies: run once, in `make test`, not at the floors.
 pytestmark = pytest.mark.surface

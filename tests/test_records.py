@@ -1,6 +1,6 @@
 """The typed records: a group's meta and a chain's record, and who knows their fields.
 
-``store/records/`` is the only package (the Lua scripts aside) that knows the
+``storage/records/`` is the only package (the Lua scripts aside) that knows the
 names of the hash fields. How it is kept so: every module of ``taskiq_fanin/``
 outside it is parsed (``ast``) and walked; a string constant equal to a stored
 field name (``records.STORED_FIELDS``, read from the records package itself, so
@@ -24,23 +24,23 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from taskiq_fanin.model.config import FanInConfig, ms
-from taskiq_fanin.model.options import GroupOptions
-from taskiq_fanin.model.results import (
+from taskiq_fanin.domain.config import FanInConfig, ms
+from taskiq_fanin.domain.options import GroupOptions
+from taskiq_fanin.domain.results import (
     ChainState,
     FailurePolicy,
     GroupState,
     SweepPolicy,
 )
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.store import chain_scripts, records
-from taskiq_fanin.store.chain_scripts import ChainScripts
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import ChainKeys, GroupKeys
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.records import ChainRecord, GroupMeta, meta_options
-from taskiq_fanin.store.replies import Outcome
-from taskiq_fanin.store.scripts import _source, packaged
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.storage import chain_scripts, records
+from taskiq_fanin.storage.chain_scripts import ChainScripts
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
+from taskiq_fanin.storage.records import ChainRecord, GroupMeta, meta_options
+from taskiq_fanin.storage.replies import Outcome
+from taskiq_fanin.storage.scripts import _source, packaged
+from taskiq_fanin.transport.pipeline import PipelineBatcher
 
 RECORDS = Path(records.__file__).parent
 PACKAGE = RECORDS.parents[1]
@@ -50,7 +50,7 @@ HASH_COMMANDS = {"hget", "hmget", "hset", "hincrby", "hexists", "hdel", "hsetnx"
 #: Each must still be there (a stale entry fails too).
 NOT_A_RECORD = {
     # The keys given to a ChainSpec's validator: its own ``steps`` option.
-    ("model/spec.py", "steps"),
+    ("domain/spec.py", "steps"),
     # The set of what a step's end has recorded: its group member.
     ("worker/recording.py", "member"),
 }

@@ -31,8 +31,8 @@ from taskiq import AckableMessage, AsyncBroker, BrokerMessage
 from taskiq_redis import RedisStreamBroker, RedisStreamClusterBroker
 
 from taskiq_fanin import GroupStatus, sweep
+from taskiq_fanin.domain.ids import member_task_id
 from taskiq_fanin.inspection import group_status
-from taskiq_fanin.model.ids import member_task_id
 from taskiq_fanin.sweeping import FindingKind
 from tests.fault_harness import (
     Rig,

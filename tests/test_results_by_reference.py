@@ -11,12 +11,19 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from taskiq_fanin import ChainFailure, GroupResult, MemberError, Signature, chain, group
+from taskiq_fanin import (
+    ChainFailure,
+    GroupResult,
+    MemberError,
+    Signature,
+    chain,
+    group,
+)
+from taskiq_fanin.domain.group_result import ResultsReference
 from taskiq_fanin.errors import GroupResultsExpiredError, MiddlewareNotFoundError
-from taskiq_fanin.model.group_result import ResultsReference
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.scripts import Scripts
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.scripts import Scripts
+from taskiq_fanin.transport.pipeline import PipelineBatcher
 from tests.harness import SentMessages, drained, eventually, stream_broker, worker
 
 #: Smaller than the groups below, so that reading them crosses pages.

@@ -1,5 +1,5 @@
 """The scripts' shape: found in their folder, named for what they do and the keys
-they take, answering in the reply codes of ``store/replies.py`` by name.
+they take, answering in the reply codes of ``storage/replies.py`` by name.
 """
 
 import enum
@@ -11,12 +11,11 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from taskiq_fanin.store.chain_scripts import ChainScripts
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import ChainKeys, GroupKeys
-from taskiq_fanin.store.pipeline import Command, PipelineBatcher
-from taskiq_fanin.store.rechecks import Lost
-from taskiq_fanin.store.replies import (
+from taskiq_fanin.storage.chain_scripts import ChainScripts
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
+from taskiq_fanin.storage.rechecks import Lost
+from taskiq_fanin.storage.replies import (
     REPLY_CODES,
     Advanced,
     Applied,
@@ -29,7 +28,8 @@ from taskiq_fanin.store.replies import (
     Recorded,
     Started,
 )
-from taskiq_fanin.store.scripts import packaged, prelude
+from taskiq_fanin.storage.scripts import packaged, prelude
+from taskiq_fanin.transport.pipeline import Command, PipelineBatcher
 
 #: What each script answers in: the enum its wrapper parses the reply with
 #: (None: it answers with data alone).

@@ -13,7 +13,7 @@ from typing import Any
 
 from fakeredis import FakeAsyncRedis
 
-from taskiq_fanin.store.pipeline import PipelineBatcher, ScriptBatcher, reload
+from taskiq_fanin.transport.pipeline import PipelineBatcher, ScriptBatcher, reload
 
 
 async def test_a_second_noscript_after_a_shared_load_loads_again(

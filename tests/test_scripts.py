@@ -9,18 +9,18 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from taskiq_fanin.store.chain_scripts import ChainScripts
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import ChainKeys, GroupKeys
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.rechecks import Lost
-from taskiq_fanin.store.replies import (
+from taskiq_fanin.storage.chain_scripts import ChainScripts
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
+from taskiq_fanin.storage.rechecks import Lost
+from taskiq_fanin.storage.replies import (
     Begin,
     CollectedOutcomes,
     Created,
     Outcome,
     Recorded,
 )
+from taskiq_fanin.transport.pipeline import PipelineBatcher
 from tests.script_calls import OPTIONS, TOKEN, create, scripts_on
 
 #: A delivery of a member (or continuation): the same one retrying after a
@@ -614,8 +614,8 @@ async def test_a_step_copy_begun_after_its_attempt_released_is_not_taken_over(
     the retry middleware's attempt 1, kicked to replace the attempt that
     failed, does not take that fresh run's lease over (both would run the
     body to its end); it runs once that lease is not held."""
-    from taskiq_fanin.store.chain_scripts import ChainScripts
-    from taskiq_fanin.store.keys import ChainKeys
+    from taskiq_fanin.storage.chain_scripts import ChainScripts
+    from taskiq_fanin.storage.keys import ChainKeys
 
     chains = ChainScripts(client, PipelineBatcher(client))
     keys = ChainKeys(key_prefix, "c")

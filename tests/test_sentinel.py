@@ -21,17 +21,22 @@ from taskiq.exceptions import SendTaskError
 from taskiq_redis import RedisStreamBroker, RedisStreamSentinelBroker
 
 from local_redis import RedisSentinel, eventually
-from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group
-from taskiq_fanin.model.errors import InvalidOptionError
-from taskiq_fanin.store.client import connect
-from taskiq_fanin.store.paced_kicks import SENTINEL_KICKS, PacedBroker, kick_limit
-from taskiq_fanin.store.queue_kicks import kicking_broker
-from taskiq_fanin.store.sentinel import (
+from taskiq_fanin import (
+    FanInMiddleware,
+    GroupResult,
+    Signature,
+    group,
+)
+from taskiq_fanin.domain.exceptions import InvalidOptionError
+from taskiq_fanin.transport.client import connect
+from taskiq_fanin.transport.paced_kicks import SENTINEL_KICKS, PacedBroker, kick_limit
+from taskiq_fanin.transport.queue_kicks import kicking_broker
+from taskiq_fanin.transport.retrying import is_transient
+from taskiq_fanin.transport.sentinel import (
     SENTINEL_PORT,
     SentinelAddress,
     parse_sentinel_url,
 )
-from taskiq_fanin.worker.retrying import is_transient
 from tests.harness import close_sentinels, worker
 
 

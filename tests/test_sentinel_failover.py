@@ -42,7 +42,7 @@ import pytest
 from redis.asyncio import Redis
 
 from local_redis import RedisSentinel, RedisServer
-from taskiq_fanin.model.config import FanInConfig
+from taskiq_fanin.domain.config import FanInConfig
 from tests.failover_run import PACE, RUN_LEASE, Run, check, loaded, print_summary
 from tests.harness import close_sentinels
 

@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from taskiq_fanin.model.states import (
+from taskiq_fanin.domain.states import (
     CHAIN_MOVES,
     CONTINUATION_MOVES,
     GROUP_MOVES,
@@ -20,7 +20,7 @@ from taskiq_fanin.model.states import (
     ON_ERROR_MOVES,
     may_move,
 )
-from taskiq_fanin.store.scripts import prelude
+from taskiq_fanin.storage.scripts import prelude
 
 #: Runs the prelude's ``move`` on one hash: KEYS[1], ARGV record, from, to.
 MOVE = (

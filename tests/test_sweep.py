@@ -14,12 +14,19 @@ from redis.asyncio import Redis
 from taskiq import SendTaskError, TaskiqMessage, TaskiqMiddleware
 from taskiq.schedule_sources import LabelScheduleSource
 
-from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group, sweep
+from taskiq_fanin import (
+    FanInMiddleware,
+    GroupResult,
+    Signature,
+    chain,
+    group,
+    sweep,
+)
 from taskiq_fanin.api.broker import find_fanin
+from taskiq_fanin.domain.labels import CONTINUATION_LABEL, takes_over
 from taskiq_fanin.inspection import group_status
-from taskiq_fanin.model.labels import CONTINUATION_LABEL, takes_over
-from taskiq_fanin.store.keys import ChainKeys, GroupKeys
-from taskiq_fanin.store.replies import Begin
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
+from taskiq_fanin.storage.replies import Begin
 from taskiq_fanin.sweeping import (
     SWEEP_TASK_NAME,
     FindingKind,

@@ -23,8 +23,8 @@ from taskiq_fanin import (
     group,
     sweep,
 )
+from taskiq_fanin.domain.ids import member_task_id, step_id
 from taskiq_fanin.inspection import chain_status, group_status
-from taskiq_fanin.model.ids import member_task_id, step_id
 from taskiq_fanin.sweeping import FindingKind, SweepAction
 from tests.harness import (
     drained,

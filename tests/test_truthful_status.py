@@ -22,12 +22,12 @@ from taskiq_fanin import (
     status,
 )
 from taskiq_fanin.chains.tasks import step_error_payload as error_payload
-from taskiq_fanin.groups.inspection import status_from_meta
-from taskiq_fanin.model.errors import GroupStepFailedError
-from taskiq_fanin.model.results import MEMBERS_KEPT, StepError, from_millis
+from taskiq_fanin.domain.exceptions import GroupStepFailedError
+from taskiq_fanin.domain.results import MEMBERS_KEPT, StepError, from_millis
+from taskiq_fanin.groups.reading import status_from_meta
 from taskiq_fanin.models import ChainState, GroupState
-from taskiq_fanin.store.keys import ChainKeys, GroupKeys
-from taskiq_fanin.store.records import GroupMeta
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
+from taskiq_fanin.storage.records import GroupMeta
 from tests.harness import (
     SentMessages,
     chain_reached,

@@ -17,7 +17,7 @@ from _pytest.config import parse_warning_filter
 from redis.asyncio import Redis
 from taskiq_redis import ListQueueBroker, RedisStreamBroker
 
-from taskiq_fanin.store.client import connect
+from taskiq_fanin.transport.client import connect
 
 URLS = ["redis://127.0.0.1:6390", "redis://127.0.0.1:6390/3"]
 

@@ -14,12 +14,18 @@ import pytest
 from redis.asyncio import Redis
 from taskiq import SimpleRetryMiddleware
 
-from taskiq_fanin import GroupResult, Signature, chain, group, sweep
+from taskiq_fanin import (
+    GroupResult,
+    Signature,
+    chain,
+    group,
+    sweep,
+)
 from taskiq_fanin.api.broker import context_of
+from taskiq_fanin.domain.exceptions import InvalidOptionError
+from taskiq_fanin.domain.ids import member_task_id, step_id
 from taskiq_fanin.groups import ledger
 from taskiq_fanin.inspection import group_status
-from taskiq_fanin.model.errors import InvalidOptionError
-from taskiq_fanin.model.ids import member_task_id, step_id
 from taskiq_fanin.sweeping import SweepAction
 from tests.harness import (
     DuplicatingMiddleware,

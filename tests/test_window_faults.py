@@ -16,8 +16,8 @@ import time
 import pytest
 
 from taskiq_fanin import Signature, group, sweep
+from taskiq_fanin.domain.ids import member_task_id
 from taskiq_fanin.inspection import group_status
-from taskiq_fanin.model.ids import member_task_id
 from taskiq_fanin.sweeping import SweepAction
 from tests.fault_harness import (
     RECOVERY,

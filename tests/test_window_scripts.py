@@ -8,12 +8,12 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from taskiq_fanin.store.group_scripts import GroupScripts
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.pipeline import PipelineBatcher
-from taskiq_fanin.store.records import GroupMeta
-from taskiq_fanin.store.releases import Released
-from taskiq_fanin.store.replies import Outcome, Recorded
+from taskiq_fanin.storage.group_scripts import GroupScripts
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.records import GroupMeta
+from taskiq_fanin.storage.releases import Released
+from taskiq_fanin.storage.replies import Outcome, Recorded
+from taskiq_fanin.transport.pipeline import PipelineBatcher
 from tests.script_calls import OPTIONS, TOKEN, scripts_on
 
 #: A lease of the release that ran out already (the kick may have died).

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 
-from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.storage.keys import GroupKeys
 
 T = TypeVar("T")
 

@@ -3,7 +3,7 @@
 from taskiq import AsyncBroker
 
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.model.errors import MiddlewareNotFoundError
+from taskiq_fanin.domain.exceptions import MiddlewareNotFoundError
 from taskiq_fanin.worker.middleware import FanInMiddleware
 
 #: What the public verbs accept: a broker with a ``FanInMiddleware``, or the

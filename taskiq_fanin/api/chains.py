@@ -9,11 +9,11 @@ from taskiq_fanin.api.checks import wrong_kind
 from taskiq_fanin.api.retries import cancel_chain_riding, riding
 from taskiq_fanin.chains import launch, record
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.model.errors import InvalidChainError
-from taskiq_fanin.model.results import ChainStatus
-from taskiq_fanin.model.signature import Signature, TaskRef, as_signature
-from taskiq_fanin.model.spec import ChainSpec, GroupSpec
-from taskiq_fanin.store.keys import validate_chain_id
+from taskiq_fanin.domain.exceptions import InvalidChainError
+from taskiq_fanin.domain.results import ChainStatus
+from taskiq_fanin.domain.signature import Signature, TaskRef, as_signature
+from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
+from taskiq_fanin.storage.keys import validate_chain_id
 
 
 @dataclass(frozen=True)

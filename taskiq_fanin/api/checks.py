@@ -2,8 +2,8 @@
 
 from taskiq.decor import AsyncTaskiqDecoratedTask
 
+from taskiq_fanin.domain.exceptions import InvalidGroupError
 from taskiq_fanin.groups.arguments import public_name
-from taskiq_fanin.model.errors import InvalidGroupError
 
 
 def wrong_kind(

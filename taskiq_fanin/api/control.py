@@ -17,10 +17,10 @@ from taskiq_fanin.api.retries import (
 )
 from taskiq_fanin.chains import record
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import inspection
-from taskiq_fanin.groups.inspection import DEFAULT_LIST_LIMIT
-from taskiq_fanin.model.results import ChainStatus, GroupStatus
-from taskiq_fanin.store.keys import ChainKeys, GroupKeys, validate_lookup_id
+from taskiq_fanin.domain.results import ChainStatus, GroupStatus
+from taskiq_fanin.groups import reading
+from taskiq_fanin.groups.reading import DEFAULT_LIST_LIMIT
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys, validate_lookup_id
 
 
 class Kind(enum.Enum):
@@ -46,7 +46,7 @@ async def resolve(ctx: FanInContext, workflow_id: str) -> Kind | None:
 
 async def group_status(target: Target, group_id: str) -> GroupStatus:
     """Counts, state and times of a group, read from its own keys."""
-    return await inspection.status(context_of(target), group_id)
+    return await reading.status(context_of(target), group_id)
 
 
 async def chain_status(target: Target, chain_id: str) -> ChainStatus:
@@ -62,7 +62,7 @@ async def status(target: Target, workflow_id: str) -> GroupStatus | ChainStatus:
     ctx = context_of(target)
     if await resolve(ctx, workflow_id) is Kind.CHAIN:
         return await record.status(ctx, workflow_id)
-    return await inspection.status(ctx, workflow_id)
+    return await reading.status(ctx, workflow_id)
 
 
 async def cancel(target: Target, workflow_id: str) -> bool:
@@ -103,7 +103,7 @@ async def list_groups(
 
     With ``stuck``, only those still open past their deadline.
     """
-    return await inspection.list_groups(
+    return await reading.list_groups(
         context_of(target), stuck=stuck, limit=limit, now=now
     )
 

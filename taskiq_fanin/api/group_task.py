@@ -12,29 +12,29 @@ from taskiq.decor import AsyncTaskiqDecoratedTask
 from taskiq_fanin.api.groups import Group, group
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import current_run
-from taskiq_fanin.groups.planning import plan_group
-from taskiq_fanin.groups.validation import validate_group
-from taskiq_fanin.model.errors import (
+from taskiq_fanin.domain.exceptions import (
     GroupTaskOrderError,
     GroupTaskReturnError,
     MiddlewareNotFoundError,
     shown,
 )
-from taskiq_fanin.model.ids import is_derived, is_valid_id
-from taskiq_fanin.model.labels import (
+from taskiq_fanin.domain.ids import is_derived, is_valid_id
+from taskiq_fanin.domain.labels import (
     ContinuationRef,
     MemberRef,
     OnErrorRef,
     depth_of,
 )
-from taskiq_fanin.model.options import GroupOptions
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import ChainSpec, GroupSpec
+from taskiq_fanin.domain.options import GroupOptions
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
+from taskiq_fanin.groups.group_validation import validate_group
+from taskiq_fanin.groups.planning import plan_group
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from taskiq_fanin.model.options import GroupOptionsArgs
+    from taskiq_fanin.domain.options import GroupOptionsArgs
 
 P = ParamSpec("P")
 #: What a ``@group_task`` body may return: members (a list, an iterator, or

@@ -12,22 +12,22 @@ from taskiq_fanin.api.broker import Target, context_of
 from taskiq_fanin.api.checks import wrong_kind
 from taskiq_fanin.api.retries import cancel_group_riding, riding
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import inspection, ledger
+from taskiq_fanin.domain.exceptions import InvalidGroupError
+from taskiq_fanin.domain.options import GroupOptions
+from taskiq_fanin.domain.results import GroupStatus
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
+from taskiq_fanin.groups import ledger, reading
+from taskiq_fanin.groups.group_validation import GroupPlan, validate_group
 from taskiq_fanin.groups.planning import Planned, plan_group
-from taskiq_fanin.groups.validation import GroupPlan, validate_group
-from taskiq_fanin.model.errors import InvalidGroupError
-from taskiq_fanin.model.options import GroupOptions
-from taskiq_fanin.model.results import GroupStatus
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import ChainSpec, GroupSpec
-from taskiq_fanin.store.keys import validate_group_id
+from taskiq_fanin.storage.keys import validate_group_id
 
 logger = logging.getLogger("taskiq_fanin")
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from taskiq_fanin.model.options import GroupOptionsArgs
+    from taskiq_fanin.domain.options import GroupOptionsArgs
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class GroupHandle:
 
     async def status(self) -> GroupStatus:
         """The group's status as Redis holds it now."""
-        return await inspection.status(self._ctx, self.group_id)
+        return await reading.status(self._ctx, self.group_id)
 
     async def cancel(self) -> bool:
         """Cancel this group (as ``cancel(broker, id)``); False if it is not open.

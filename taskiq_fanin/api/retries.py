@@ -4,7 +4,7 @@ A caller who hears an error from ``kiq()`` plans again, often with a fresh id:
 two groups, while the first plan may be on the primary (a reply lost on a reset
 connection, a write its replicas had not taken in time under
 ``durability="replicated"``, a kick the broker's Redis refused). So ``kiq()``
-and ``cancel()`` retry while Redis is away (``worker/retrying.py``), for the
+and ``cancel()`` retry while Redis is away (``transport/retrying.py``), for the
 middleware's ``retry_for``, with the same ids and token: planning a group again
 with its token goes on where it stopped (``groups/planning.py``), starting a
 chain again with its token kicks its first step if it has not moved
@@ -18,10 +18,10 @@ from typing import TypeVar
 
 from taskiq_fanin.chains import record, saga
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import inspection
+from taskiq_fanin.domain.results import ChainState, GroupState
+from taskiq_fanin.groups import reading
 from taskiq_fanin.groups.continuation import cancel_group
-from taskiq_fanin.model.results import ChainState, GroupState
-from taskiq_fanin.worker.retrying import retrying
+from taskiq_fanin.transport.retrying import retrying
 
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ async def cancel_group_riding(
     """Cancel a group; a try that failed may have cancelled it: then True."""
 
     async def cancelled() -> bool:
-        status = await inspection.status(ctx, group_id)
+        status = await reading.status(ctx, group_id)
         return status.state is GroupState.CANCELLED
 
     return await _cancel_riding(

@@ -8,10 +8,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from taskiq_fanin.model.ids import step_id
-from taskiq_fanin.model.labels import not_ours
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import Step
+from taskiq_fanin.domain.ids import step_id
+from taskiq_fanin.domain.labels import not_ours
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.domain.spec import Step
 
 #: On a chain step: the ``ChainCursor`` as JSON.
 CHAIN_LABEL = "fanin_chain"

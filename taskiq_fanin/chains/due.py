@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from taskiq_fanin.chains.cursor import PendingStep
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import inspection
-from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.results import ChainState, GroupState
-from taskiq_fanin.model.spec import GroupSpec
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.records import ChainRecord
+from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.results import ChainState, GroupState
+from taskiq_fanin.domain.spec import GroupSpec
+from taskiq_fanin.groups import reading
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.records import ChainRecord
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,10 @@ async def step_due(ctx: FanInContext, chain: ChainRecord, now: int) -> StepDue:
     if inspected is None or inspected.meta.state not in _ON_ITS_WAY:
         return StepDue(own)
     meta = inspected.meta
-    group_due = inspection.due_at(meta, meta.state)
+    group_due = reading.due_at(meta, meta.state)
     if group_due > now:
         return StepDue(group_due, meta.expires_at)
-    if inspection.leased(inspected):
+    if reading.leased(inspected):
         # Its finaliser or its continuation (which moves the chain on) holds
         # a lease: on time until the lease is looked at again.
         return StepDue(now + ms(ctx.config.lease), meta.expires_at)

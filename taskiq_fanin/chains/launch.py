@@ -12,20 +12,20 @@ import secrets
 from collections.abc import Sequence
 from typing import Any, overload
 
-from taskiq_fanin.chains import index, record, tasks
+from taskiq_fanin.chains import chain_index, record, tasks
+from taskiq_fanin.chains.chain_validation import validate_chain, validate_kick
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.membership import settle_member
-from taskiq_fanin.chains.validation import validate_chain, validate_kick
 from taskiq_fanin.context import FanInContext, new_delivery
+from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.exceptions import IdInUseError, shown
+from taskiq_fanin.domain.labels import MemberRef, retry_labels
+from taskiq_fanin.domain.results import ChainState
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.domain.spec import ChainSpec, GroupSpec, step_name
+from taskiq_fanin.groups.group_validation import GroupPlan, validate_group
 from taskiq_fanin.groups.planning import plan_group
-from taskiq_fanin.groups.validation import GroupPlan, validate_group
-from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.errors import IdInUseError, shown
-from taskiq_fanin.model.labels import MemberRef, retry_labels
-from taskiq_fanin.model.results import ChainState
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import ChainSpec, GroupSpec, step_name
-from taskiq_fanin.store.replies import Started
+from taskiq_fanin.storage.replies import Started
 
 #: Stands for "no previous result": the first step, or one the sweep repeats.
 NOTHING: Any = object()
@@ -64,7 +64,7 @@ async def start(
     )
     # The sweep looks at the chain once its deadline passes with no move; the
     # entry goes first, so that no record is ever out of the index.
-    indexed = await index.add(ctx, chain_id, ms(ctx.config.deadline))
+    indexed = await chain_index.add(ctx, chain_id, ms(ctx.config.deadline))
     started = await ctx.chain_scripts.start(
         record.keys_of(ctx, chain_id),
         token=cursor.token,
@@ -77,7 +77,7 @@ async def start(
     )
     if started is Started.ID_IN_USE:
         if indexed:
-            await index.remove(ctx, chain_id)
+            await chain_index.remove(ctx, chain_id)
         raise IdInUseError(workflow_id=shown(chain_id), holder="group")
     if started is Started.CREATED:
         await kick_step(ctx, cursor, first, previous=NOTHING)

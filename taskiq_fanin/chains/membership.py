@@ -13,12 +13,12 @@ from taskiq import TaskiqResult
 
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.context import FanInContext
+from taskiq_fanin.domain.exceptions import ChainCancelledError
+from taskiq_fanin.domain.labels import MemberRef
+from taskiq_fanin.domain.results import ChainState
 from taskiq_fanin.groups import recording
-from taskiq_fanin.model.errors import ChainCancelledError
-from taskiq_fanin.model.labels import MemberRef
-from taskiq_fanin.model.results import ChainState
-from taskiq_fanin.store.records import ChainRecord
-from taskiq_fanin.store.replies import Outcome
+from taskiq_fanin.storage.records import ChainRecord
+from taskiq_fanin.storage.replies import Outcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,17 +5,25 @@ from typing import Any
 
 from taskiq import TaskiqResult
 
-from taskiq_fanin.chains import index, launch, saga, tasks
+from taskiq_fanin.chains import (
+    chain_index,
+    launch,
+    saga,
+    tasks,
+)
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.chains.membership import end_member, member_end
 from taskiq_fanin.chains.record import keys_of
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups.validation import GroupPlan
-from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.errors import MemberNotSerializableError, MemberTooLargeError
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import GroupSpec
-from taskiq_fanin.store.replies import Advanced, Failed, Finished
+from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.exceptions import (
+    MemberNotSerializableError,
+    MemberTooLargeError,
+)
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.domain.spec import GroupSpec
+from taskiq_fanin.groups.group_validation import GroupPlan
+from taskiq_fanin.storage.replies import Advanced, Failed, Finished
 
 
 async def step_finished(
@@ -106,7 +114,7 @@ async def _failed(
 ) -> None:
     # Should this worker die before its member is recorded or the chain is
     # failed, the sweep looks at it once a lease is over, not at its deadline.
-    look = index.reschedule(ctx, cursor.id, ms(ctx.config.lease))
+    look = chain_index.reschedule(ctx, cursor.id, ms(ctx.config.lease))
     fail = ctx.chain_scripts.begin_failing(
         keys_of(ctx, cursor.id),
         token=cursor.token,
@@ -152,7 +160,7 @@ async def _finished(
     if end is not None:
         # A member is recorded after the chain is done: should this worker die
         # in between, the sweep records it a lease later (the record keeps it).
-        look = index.look_sooner(ctx, cursor.id, ms(ctx.config.lease))
+        look = chain_index.look_sooner(ctx, cursor.id, ms(ctx.config.lease))
         _, finished = await asyncio.gather(look, finish)
     else:
         finished = await finish

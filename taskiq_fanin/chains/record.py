@@ -9,18 +9,18 @@ from datetime import datetime, timezone
 from taskiq_fanin.chains import due
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups.inspection import DEFAULT_LIST_LIMIT
-from taskiq_fanin.model.config import ms, positive
-from taskiq_fanin.model.results import (
+from taskiq_fanin.domain.config import ms, positive
+from taskiq_fanin.domain.results import (
     ChainState,
     ChainStatus,
     MemberError,
     OnErrorState,
     from_millis,
 )
-from taskiq_fanin.store.keys import ChainKeys, chain_index_key, validate_chain_id
-from taskiq_fanin.store.records import ChainRecord, read_indexed
-from taskiq_fanin.store.replies import Begin
+from taskiq_fanin.groups.reading import DEFAULT_LIST_LIMIT
+from taskiq_fanin.storage.keys import ChainKeys, chain_index_key, validate_chain_id
+from taskiq_fanin.storage.records import ChainRecord, read_indexed
+from taskiq_fanin.storage.replies import Begin
 
 #: What a listing shows: chains not over yet.
 OPEN = frozenset({ChainState.RUNNING, ChainState.FAILING})

@@ -13,7 +13,13 @@ its compensations run as for a failure.
 
 from taskiq import TaskiqResult
 
-from taskiq_fanin.chains import index, launch, on_error, record, tasks
+from taskiq_fanin.chains import (
+    chain_index,
+    error_continuation,
+    launch,
+    record,
+    tasks,
+)
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.membership import (
     cancelled_result,
@@ -22,20 +28,20 @@ from taskiq_fanin.chains.membership import (
     settle_member,
 )
 from taskiq_fanin.context import FanInContext, new_delivery
-from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
-from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.errors import FanInError
-from taskiq_fanin.model.ids import (
+from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.exceptions import FanInError
+from taskiq_fanin.domain.ids import (
     step_id,
     step_undo_id,
     undo_chain_id,
     validate_chain_id,
 )
-from taskiq_fanin.model.results import ChainState, MemberError
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import ChainSpec, GroupSpec
-from taskiq_fanin.store.records import ChainRecord
-from taskiq_fanin.store.replies import Cancelled, Failed
+from taskiq_fanin.domain.results import ChainState, MemberError
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
+from taskiq_fanin.groups.continuation import cancel_group, complete_unrun
+from taskiq_fanin.storage.records import ChainRecord
+from taskiq_fanin.storage.replies import Cancelled, Failed
 
 
 async def after_failure(
@@ -44,7 +50,9 @@ async def after_failure(
     """The chain is failing at the cursor's step: kick ``on_error``, undo, end it."""
     if cursor.on_error is not None:
         names = (await record.status(ctx, cursor.id)).step_names
-        await on_error.kick(ctx, cursor, on_error.failure_of(cursor, names, summary))
+        await error_continuation.kick(
+            ctx, cursor, error_continuation.failure_of(cursor, names, summary)
+        )
     await compensate(ctx, undo_chain_id(cursor.id), compensations)
     await ctx.chain_scripts.end_failing(
         record.keys_of(ctx, cursor.id), token=cursor.token
@@ -55,7 +63,7 @@ async def finish_failing(ctx: FanInContext, chain_id: str, pending: str) -> None
     """Finish a chain a crash left ``failing`` (the sweep): the same kicks again.
 
     ``on_error`` may have been kicked already (its worker died after the kick):
-    its run guard runs one copy to its end (``on_error.py``); the undo chain
+    its run guard runs one copy to its end (``error_continuation.py``); the undo chain
     has its own id, started once.
     """
     keys = record.keys_of(ctx, chain_id)
@@ -84,7 +92,7 @@ async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
     failure = tasks.step_error_payload(error, ctx.config.max_result_bytes)
     delivery = new_delivery()
     # Should the sweep die half-way, the next one finishes it a lease later.
-    await index.reschedule(ctx, cursor.id, ms(ctx.config.lease))
+    await chain_index.reschedule(ctx, cursor.id, ms(ctx.config.lease))
     failed, compensations = await ctx.chain_scripts.begin_failing(
         record.keys_of(ctx, cursor.id),
         token=cursor.token,

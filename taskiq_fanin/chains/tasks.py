@@ -10,10 +10,10 @@ from typing import TypeVar
 
 from taskiq import AsyncBroker
 
+from taskiq_fanin.domain.exceptions import GroupStepFailedError
+from taskiq_fanin.domain.group_result import GroupResult
+from taskiq_fanin.domain.results import MEMBERS_KEPT, MemberError, StepError
 from taskiq_fanin.groups.recording import error_payload
-from taskiq_fanin.model.errors import GroupStepFailedError
-from taskiq_fanin.model.group_result import GroupResult
-from taskiq_fanin.model.results import MEMBERS_KEPT, MemberError, StepError
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ from taskiq_fanin.cli.parser import (
     UsageError,
     build_parser,
 )
-from taskiq_fanin.model.errors import FanInError
+from taskiq_fanin.domain.exceptions import FanInError
 
 
 async def _run(args: argparse.Namespace) -> int:

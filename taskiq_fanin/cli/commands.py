@@ -13,7 +13,7 @@ from taskiq import AsyncBroker
 
 from taskiq_fanin.api.broker import find_fanin
 from taskiq_fanin.api.control import list_chains, list_groups, status
-from taskiq_fanin.api.sweeping import sweep
+from taskiq_fanin.api.sweep_task import sweep
 from taskiq_fanin.cli.output import (
     chain_doc,
     chain_list_table,
@@ -27,8 +27,8 @@ from taskiq_fanin.cli.output import (
     sweep_table,
 )
 from taskiq_fanin.cli.parser import ExitCode, NotFoundError, UsageError
-from taskiq_fanin.model.config import DEFAULT_PREFIX
-from taskiq_fanin.model.results import GroupState, GroupStatus, SweepPolicy
+from taskiq_fanin.domain.config import DEFAULT_PREFIX
+from taskiq_fanin.domain.results import GroupState, GroupStatus, SweepPolicy
 from taskiq_fanin.worker.middleware import FanInMiddleware
 
 #: One command: reads (or sweeps) through the middleware, returns the exit code.

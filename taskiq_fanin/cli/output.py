@@ -9,14 +9,14 @@ from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 
-from taskiq_fanin.model.results import (
+from taskiq_fanin.domain.results import (
     ChainState,
     ChainStatus,
     GroupStatus,
     MemberError,
     OnErrorState,
 )
-from taskiq_fanin.store.keys import sweep_lock_key
+from taskiq_fanin.storage.keys import sweep_lock_key
 from taskiq_fanin.sweep.report import Finding, SweepReport
 
 #: Runs of missing members (``0-29``) a table shows; ``--json`` has them all.

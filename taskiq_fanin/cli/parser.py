@@ -4,8 +4,8 @@ import argparse
 import enum
 from typing import Any, NoReturn
 
-from taskiq_fanin.groups.inspection import DEFAULT_LIST_LIMIT
-from taskiq_fanin.model.config import DEFAULT_PREFIX
+from taskiq_fanin.domain.config import DEFAULT_PREFIX
+from taskiq_fanin.groups.reading import DEFAULT_LIST_LIMIT
 from taskiq_fanin.sweep.run import DEFAULT_BATCH
 
 

@@ -17,8 +17,8 @@ from weakref import WeakKeyDictionary
 from taskiq.decor import AsyncTaskiqDecoratedTask
 from taskiq_dependencies.dependency import Dependency
 
-from taskiq_fanin.model.errors import ArgumentsMismatchError
-from taskiq_fanin.model.signature import Signature
+from taskiq_fanin.domain.exceptions import ArgumentsMismatchError
+from taskiq_fanin.domain.signature import Signature
 
 #: taskiq renames the user's function with this suffix (``taskiq/decor.py``).
 TASKIQ_SUFFIX = "__taskiq_original"

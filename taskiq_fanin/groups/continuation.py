@@ -7,13 +7,13 @@ One copy of a continuation runs at a time and none after it completed
 import asyncio
 
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import index
-from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.labels import ContinuationRef, MemberRef
-from taskiq_fanin.model.results import GroupState
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.records import GroupMeta, read_fields
-from taskiq_fanin.store.replies import Begin
+from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.labels import ContinuationRef, MemberRef
+from taskiq_fanin.domain.results import GroupState
+from taskiq_fanin.groups import group_index
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.records import GroupMeta, read_fields
+from taskiq_fanin.storage.replies import Begin
 
 
 async def begin(
@@ -50,7 +50,7 @@ async def complete(ctx: FanInContext, ref: ContinuationRef) -> None:
         ctx.scripts.mark_completed(
             keys, token=ref.token, tombstone_ms=ms(ctx.config.tombstone_ttl)
         ),
-        index.remove(ctx, ref.group_id),
+        group_index.remove(ctx, ref.group_id),
     )
 
 
@@ -83,7 +83,7 @@ async def cancel_group(ctx: FanInContext, group_id: str) -> bool:
         keys, tombstone_ms=ms(ctx.config.tombstone_ttl)
     )
     if cancelled:
-        await index.remove(ctx, group_id)
+        await group_index.remove(ctx, group_id)
     return cancelled
 
 

@@ -8,10 +8,10 @@ missing ones; at most ``dispatch_concurrency`` kicks of one call in flight.
 import asyncio
 
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.model.ids import redriven_member_id
-from taskiq_fanin.model.labels import CANCELLABLE_LABEL, DEPTH_LABEL, MemberRef
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import ChainSpec
+from taskiq_fanin.domain.ids import redriven_member_id
+from taskiq_fanin.domain.labels import CANCELLABLE_LABEL, DEPTH_LABEL, MemberRef
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.domain.spec import ChainSpec
 
 
 async def dispatch_members(

@@ -12,14 +12,14 @@ from redis.exceptions import RedisError
 
 from taskiq_fanin import metrics
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import index
-from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.group_result import GroupResult, ResultsReference
-from taskiq_fanin.model.labels import ContinuationRef, retry_labels
-from taskiq_fanin.model.results import FailurePolicy, MemberError
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.replies import CollectedOutcomes
+from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.group_result import GroupResult, ResultsReference
+from taskiq_fanin.domain.labels import ContinuationRef, retry_labels
+from taskiq_fanin.domain.results import FailurePolicy, MemberError
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.groups import group_index
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.replies import CollectedOutcomes
 
 logger = logging.getLogger("taskiq_fanin")
 
@@ -125,7 +125,7 @@ async def finalise(
         return  # a re-dispatch of an overdue continuation: counted at the first
     metrics.GROUPS_FINALISED.labels(continuation=kind).inc()
     if continuation is None:
-        await index.remove(ctx, group_id)
+        await group_index.remove(ctx, group_id)
     # Otherwise the index entry stays at the lease's end: the sweep then finds
     # the group dispatched and looks again at the continuation's deadline.
     logger.info(
@@ -154,7 +154,7 @@ async def _rescore_to_lease_end(ctx: FanInContext, group_id: str) -> None:
     nothing, and it never puts back an entry already removed.
     """
     try:
-        await index.rescore(ctx, group_id, ms(ctx.config.lease))
+        await group_index.rescore(ctx, group_id, ms(ctx.config.lease))
     except (RedisError, OSError):  # a hint: the sweep finds the group anyway
         logger.warning("Group %s: rescoring its index entry failed", group_id)
 

@@ -11,10 +11,10 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups.validation import GroupPlan, checked_member
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import ChainSpec, member_from_ledger
-from taskiq_fanin.store.keys import GroupKeys
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.domain.spec import ChainSpec, member_from_ledger
+from taskiq_fanin.groups.group_validation import GroupPlan, checked_member
+from taskiq_fanin.storage.keys import GroupKeys
 
 #: The most members one ledger chunk holds.
 CHUNK_MEMBERS = 1_000

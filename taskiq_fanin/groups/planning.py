@@ -1,9 +1,12 @@
 """Planning a validated group: write its ledger in chunks, then dispatch every member.
 
 Nothing is dispatched until the whole ledger is durable and sealed (invariant
-1). Planning a group id again dispatches nothing, unless its first planner died
-mid-way (writing chunks or kicking): then what the ledger holds is sealed and
-its members without an outcome are kicked (kicking one twice is safe).
+1). The group is created with its first chunk, the further chunks appended,
+and a plan that cannot go on (a bad member, the caller's iterator raising,
+Redis having lost the group) abandoned before anything was kicked. Planning a
+group id again dispatches nothing, unless its first planner died mid-way
+(writing chunks or kicking): then what the ledger holds is sealed and its
+members without an outcome are kicked (kicking one twice is safe).
 """
 
 import asyncio
@@ -16,19 +19,19 @@ from redis.exceptions import RedisError
 
 from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
-from taskiq_fanin.groups import index, ledger, writing
+from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.exceptions import GroupLostError, IdInUseError, shown
+from taskiq_fanin.domain.results import GroupState
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.domain.spec import ChainSpec
+from taskiq_fanin.groups import group_index, ledger
 from taskiq_fanin.groups.dispatching import dispatch_members
 from taskiq_fanin.groups.finalising import finalise
-from taskiq_fanin.groups.validation import GroupPlan
-from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.errors import IdInUseError, shown
-from taskiq_fanin.model.results import GroupState
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import ChainSpec
-from taskiq_fanin.store import releases
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.records import meta_options
-from taskiq_fanin.store.replies import Created, Creation
+from taskiq_fanin.groups.group_validation import GroupPlan
+from taskiq_fanin.storage import releases
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.records import meta_options
+from taskiq_fanin.storage.replies import Created, Creation
 
 logger = logging.getLogger("taskiq_fanin.planning")
 
@@ -96,7 +99,7 @@ async def plan_group(
             await finalise(ctx, plan.group_id, token, claimant=claimant)
         return Planned(group_id=plan.group_id, created=ours)
     if created is Created.CREATED:
-        whole, total = await writing.write_rest(
+        whole, total = await write_rest(
             ctx,
             keys,
             token,
@@ -110,7 +113,7 @@ async def plan_group(
         if whole and (plan.stream is None or first.last):
             in_hand = dict(enumerate(plan.members or first.members))
     else:
-        total = await writing.take_over(
+        total = await take_over(
             ctx,
             keys,
             made,
@@ -145,15 +148,15 @@ async def _index_and_create(
     nodes in any order, so there the index is written before the ledger.
     """
     if isinstance(ctx.redis, RedisCluster):
-        indexed = await index.add(ctx, group_id, deadline_ms)
+        indexed = await group_index.add(ctx, group_id, deadline_ms)
         return indexed, await create()
     got_index, got_group = await asyncio.gather(
-        index.add(ctx, group_id, deadline_ms), create(), return_exceptions=True
+        group_index.add(ctx, group_id, deadline_ms), create(), return_exceptions=True
     )
     if isinstance(got_index, BaseException):
         # Refused, while the ledger may be written: once more, alone (it
         # raises if refused again), so that no ledger stays out of the index.
-        got_index = await index.add(ctx, group_id, deadline_ms)
+        got_index = await group_index.add(ctx, group_id, deadline_ms)
     if isinstance(got_group, BaseException):
         raise got_group
     return got_index, got_group
@@ -214,7 +217,132 @@ async def _not_created(
     """Take back an index entry nothing needs; raise if a chain holds the id."""
     if created is Created.ID_IN_USE:
         if indexed:
-            await index.remove(ctx, group_id)  # nothing of the group was written
+            await group_index.remove(ctx, group_id)  # nothing of the group was written
         raise IdInUseError(workflow_id=shown(group_id), holder="chain")
     if indexed and state in FINISHED:
-        await index.remove(ctx, group_id)  # over: nothing to sweep
+        await group_index.remove(ctx, group_id)  # over: nothing to sweep
+
+
+async def take_over(
+    ctx: FanInContext,
+    keys: GroupKeys,
+    made: Creation,
+    *,
+    own_token: str,
+    first: ledger.Chunk,
+    parts: AsyncGenerator[ledger.Chunk, None],
+    retried: bool,
+) -> int:
+    """An earlier planner died mid-way: seal its ledger; the total it holds.
+
+    The same planner again (its token) writes its chunks again, nothing
+    changing twice; another only seals what the ledger holds.
+    """
+    token, written, total = made.token, False, 0
+    if not made.sealed and token == own_token:
+        written, total = await _write(ctx, keys, token, first)
+    if written:
+        _, total = await write_rest(
+            ctx, keys, token, parts, total, sealed=first.last, retried=retried
+        )
+        return total
+    await parts.aclose()
+    _, total = await ctx.scripts.append_ledger(
+        keys, token=token, first=0, members=(), seal=True
+    )
+    return total
+
+
+async def _write(
+    ctx: FanInContext, keys: GroupKeys, token: str, chunk: ledger.Chunk
+) -> tuple[bool, int]:
+    """Append one chunk; False: the ledger was sealed by another (taken over).
+
+    With the ledger's total after the call.
+    """
+    return await ctx.scripts.append_ledger(
+        keys, token=token, first=chunk.first, members=chunk.entries, seal=chunk.last
+    )
+
+
+async def write_rest(
+    ctx: FanInContext,
+    keys: GroupKeys,
+    token: str,
+    parts: AsyncGenerator[ledger.Chunk, None],
+    total: int,
+    *,
+    sealed: bool,
+    retried: bool,
+) -> tuple[bool, int]:
+    """Append every further chunk; False when the ledger was sealed meanwhile.
+
+    Another planner (or the sweep) sealed it: what it holds is the group, and
+    is kicked. An error of the members' source (a bad member, the caller's
+    iterator raising), a ledger short of chunks written before (Redis lost the
+    group) or a source ending before its last chunk (``sealed``: the first
+    was) abandons the group, nothing kicked, and raises. ``total``: the
+    ledger's so far; returned with the flag.
+    """
+    while True:
+        try:
+            chunk = await anext(parts)
+        except StopAsyncIteration:
+            break
+        except Exception as error:  # noqa: BLE001  the source's (raised again)
+            return await _abandon(ctx, keys, token, error, total=total, retried=retried)
+        if total < chunk.first:  # chunks written before it are lost
+            lost = GroupLostError(group_id=shown(keys.group_id))
+            return await _abandon(ctx, keys, token, lost, total=total, retried=retried)
+        written, total = await _write(ctx, keys, token, chunk)
+        if not written:
+            logger.warning(
+                "Group %s: its ledger was sealed by another planner or the "
+                "sweep; members after %d are not part of it",
+                keys.group_id,
+                chunk.first - 1,
+            )
+            return False, total
+        sealed = chunk.last
+    if not sealed:
+        ended = RuntimeError(f"group {keys.group_id}: its chunks ended unsealed")
+        return await _abandon(ctx, keys, token, ended, total=total, retried=retried)
+    return True, total
+
+
+async def _abandon(
+    ctx: FanInContext,
+    keys: GroupKeys,
+    token: str,
+    error: Exception,
+    *,
+    total: int,
+    retried: bool,
+) -> tuple[bool, int]:
+    """Planning cannot go on: take back what was written (nothing was kicked), raise.
+
+    Should the ledger have been sealed meanwhile by another planner or the
+    sweep, the group runs as it holds (``total``): ``(False, total)``. Redis away
+    while taking it back: raised for a planner that is ``retried`` (the retry
+    meets ``error`` again and takes it back), else logged, and ``error`` wins.
+    """
+    try:
+        if not await ctx.scripts.abandon_group(keys, token=token):
+            logger.warning(
+                "Group %s: its plan failed (%s) after its ledger was sealed by "
+                "another planner or the sweep; the group runs as it holds it",
+                keys.group_id,
+                error,
+            )
+            return False, total
+        await group_index.remove(ctx, keys.group_id)
+    except (RedisError, OSError) as cleanup:
+        if retried:
+            raise
+        logger.warning(
+            "Group %s: its plan failed (%s); what it wrote was not taken back (%s)",
+            keys.group_id,
+            error,
+            cleanup,
+        )
+    raise error

@@ -14,13 +14,13 @@ from taskiq import TaskiqResult
 
 from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
+from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.labels import MemberRef
+from taskiq_fanin.domain.results import MemberError
 from taskiq_fanin.groups import window
 from taskiq_fanin.groups.finalising import finalise
-from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.labels import MemberRef
-from taskiq_fanin.model.results import MemberError
-from taskiq_fanin.store.keys import group_keys
-from taskiq_fanin.store.replies import Outcome, Recorded
+from taskiq_fanin.storage.keys import group_keys
+from taskiq_fanin.storage.replies import Outcome, Recorded
 
 logger = logging.getLogger("taskiq_fanin")
 

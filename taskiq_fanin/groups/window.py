@@ -11,10 +11,10 @@ re-drives alike: the one way to turn a ledger row back into a kick.
 from collections.abc import Mapping
 
 from taskiq_fanin.context import FanInContext
+from taskiq_fanin.domain.labels import MemberRef
+from taskiq_fanin.domain.spec import member_from_ledger
 from taskiq_fanin.groups.dispatching import dispatch_members
-from taskiq_fanin.model.labels import MemberRef
-from taskiq_fanin.model.spec import member_from_ledger
-from taskiq_fanin.store.releases import Released
+from taskiq_fanin.storage.releases import Released
 
 
 async def kick_rows(

@@ -11,11 +11,11 @@ the last claims the finaliser, and the continuation runs with what arrived.
 from dataclasses import dataclass
 
 from taskiq_fanin.context import FanInContext
+from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.results import GroupState
 from taskiq_fanin.groups.finalising import finalise
-from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.results import GroupState
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.records import GroupMeta
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.records import GroupMeta
 
 #: Ledger indexes one ``giveUp`` call goes over: about 1 ms of Redis's time
 #: (2 ms at most measured, at 100,000 members), at any width.

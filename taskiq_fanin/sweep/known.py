@@ -13,8 +13,8 @@ only ``--redis-url``): they check nothing, and the report says so
 
 from taskiq_fanin.chains.tasks import CONTINUE_TASK_NAME, FAIL_TASK_NAME
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.model.signature import Signature
-from taskiq_fanin.model.spec import ChainSpec, GroupSpec
+from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
 
 #: The library's own task names start with this: they tell nothing of the user's.
 _OWN_TASKS = "taskiq_fanin."

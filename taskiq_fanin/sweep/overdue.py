@@ -12,12 +12,12 @@ Each copy dispatched again has a span to begin before the next.
 """
 
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import index
+from taskiq_fanin.domain.config import ms
+from taskiq_fanin.groups import group_index
 from taskiq_fanin.groups.finalising import finalise
-from taskiq_fanin.model.config import ms
-from taskiq_fanin.store.keys import GroupKeys
-from taskiq_fanin.store.rechecks import Lost
-from taskiq_fanin.store.records import GroupMeta
+from taskiq_fanin.storage.keys import GroupKeys
+from taskiq_fanin.storage.rechecks import Lost
+from taskiq_fanin.storage.records import GroupMeta
 from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
 
 
@@ -46,11 +46,11 @@ async def judge(
     if finding.action is SweepAction.REDISPATCH:
         after = await _dispatch_again(ctx, finding, meta, claimant)
         if after is None:
-            await index.reschedule(ctx, finding.group_id, ms(ctx.config.lease))
+            await group_index.reschedule(ctx, finding.group_id, ms(ctx.config.lease))
             return None
     else:
         finding.applied, after = True, 0  # reported: seen in turn with the others
-    await index.reschedule(ctx, finding.group_id, after)
+    await group_index.reschedule(ctx, finding.group_id, after)
     return finding
 
 

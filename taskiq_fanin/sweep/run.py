@@ -14,16 +14,16 @@ import uuid
 from redis.exceptions import RedisError
 
 from taskiq_fanin import metrics
-from taskiq_fanin.chains import index as chain_index
+from taskiq_fanin.chains import chain_index
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import index as group_index
-from taskiq_fanin.model.config import ms
-from taskiq_fanin.model.errors import NotReplicatedError
-from taskiq_fanin.model.results import SweepPolicy
-from taskiq_fanin.store.keys import sweep_lock_key
+from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.exceptions import NotReplicatedError
+from taskiq_fanin.domain.results import SweepPolicy
+from taskiq_fanin.groups import group_index
+from taskiq_fanin.storage.keys import sweep_lock_key
 from taskiq_fanin.sweep import known
-from taskiq_fanin.sweep.chains import judge_chain
-from taskiq_fanin.sweep.groups import judge
+from taskiq_fanin.sweep.chain_sweep import judge_chain
+from taskiq_fanin.sweep.group_sweep import judge
 from taskiq_fanin.sweep.report import SweepReport, log_finding
 
 logger = logging.getLogger("taskiq_fanin.sweep")

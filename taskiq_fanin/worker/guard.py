@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 
 from taskiq import TaskiqMessage
 
-from taskiq_fanin.chains import on_error, record, saga
+from taskiq_fanin.chains import error_continuation, record, saga
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.groups import continuation
-from taskiq_fanin.model.labels import (
+from taskiq_fanin.domain.labels import (
     CANCELLABLE_LABEL,
     CONTINUATION_LABEL,
     ON_ERROR_OF_LABEL,
@@ -27,7 +26,8 @@ from taskiq_fanin.model.labels import (
     attempt_of,
     takes_over,
 )
-from taskiq_fanin.store.replies import Begin
+from taskiq_fanin.groups import continuation
+from taskiq_fanin.storage.replies import Begin
 from taskiq_fanin.worker.leases import Renew
 
 logger = logging.getLogger("taskiq_fanin")
@@ -68,7 +68,9 @@ async def may_run(
         leases.append(continuation_lease)
     failed_chain = OnErrorRef.from_labels(message.labels)
     if failed_chain is not None:
-        on_error_lease = _lease(on_error.begin, ctx, failed_chain, message, delivery)
+        on_error_lease = _lease(
+            error_continuation.begin, ctx, failed_chain, message, delivery
+        )
         begun = await on_error_lease()
         if begun is not Begin.RUN:
             logger.info("Chain %s: on_error %s", failed_chain.chain_id, _said[begun])

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from redis.exceptions import RedisError
 from taskiq import TaskiqMessage
 
-from taskiq_fanin.store.replies import Begin
+from taskiq_fanin.storage.replies import Begin
 
 logger = logging.getLogger("taskiq_fanin")
 

@@ -14,25 +14,36 @@ from taskiq import (
     TaskiqResult,
 )
 
-from taskiq_fanin.chains import launch, tasks, validation
-from taskiq_fanin.context import FanInContext, enter_run, leave_run, new_delivery
-from taskiq_fanin.model import config as defaults
-from taskiq_fanin.model.config import Durability, Duration, FanInConfig, choice, seconds
-from taskiq_fanin.model.errors import (
+from taskiq_fanin.chains import chain_validation, launch, tasks
+from taskiq_fanin.context import (
+    FanInContext,
+    enter_run,
+    leave_run,
+    new_delivery,
+)
+from taskiq_fanin.domain import config
+from taskiq_fanin.domain.config import (
+    Durability,
+    Duration,
+    FanInConfig,
+    choice,
+    seconds,
+)
+from taskiq_fanin.domain.exceptions import (
     InvalidOptionError,
     MiddlewareNotFoundError,
     RunningElsewhereError,
 )
-from taskiq_fanin.model.labels import attempt_of
-from taskiq_fanin.model.results import FailurePolicy, SweepPolicy
-from taskiq_fanin.store.client import RedisClient, connect, set_up
-from taskiq_fanin.store.outcome_batching import OutcomeBatching
-from taskiq_fanin.store.replies import Begin
-from taskiq_fanin.store.result_pages import ResultPageReader
+from taskiq_fanin.domain.labels import attempt_of
+from taskiq_fanin.domain.results import FailurePolicy, SweepPolicy
+from taskiq_fanin.storage.replies import Begin
+from taskiq_fanin.storage.result_pages import ResultPageReader
+from taskiq_fanin.transport.client import RedisClient, connect, set_up
+from taskiq_fanin.transport.outcome_batching import OutcomeBatching
+from taskiq_fanin.transport.retrying import retrying
 from taskiq_fanin.worker import ending, guard, skipping
 from taskiq_fanin.worker.leases import Held, RunLeases
 from taskiq_fanin.worker.recording import Recording
-from taskiq_fanin.worker.retrying import retrying
 from taskiq_fanin.worker.running import RunningMembers
 
 
@@ -50,26 +61,26 @@ class FanInMiddleware(TaskiqMiddleware):
         redis: str | RedisClient,
         *,
         cluster: bool = False,
-        prefix: str = defaults.DEFAULT_PREFIX,
-        ttl: Duration = defaults.DEFAULT_TTL_SECONDS,
-        deadline: Duration = defaults.DEFAULT_DEADLINE_SECONDS,
+        prefix: str = config.DEFAULT_PREFIX,
+        ttl: Duration = config.DEFAULT_TTL_SECONDS,
+        deadline: Duration = config.DEFAULT_DEADLINE_SECONDS,
         failure_policy: FailurePolicy | str = FailurePolicy.CONTINUE,
         sweep_policy: SweepPolicy | str = SweepPolicy.REPORT,
-        max_redrives: int = defaults.DEFAULT_MAX_REDRIVES,
-        max_depth: int = defaults.DEFAULT_MAX_DEPTH,
-        finaliser_lease: Duration = defaults.DEFAULT_LEASE_SECONDS,
-        tombstone_ttl: Duration = defaults.DEFAULT_TOMBSTONE_SECONDS,
-        max_group_size: int = defaults.DEFAULT_MAX_GROUP_SIZE,
-        max_result_bytes: int = defaults.DEFAULT_MAX_RESULT_BYTES,
-        results_inline_max: int = defaults.DEFAULT_RESULTS_INLINE_MAX,
-        max_member_bytes: int = defaults.DEFAULT_MAX_MEMBER_BYTES,
-        dispatch_concurrency: int = defaults.DEFAULT_DISPATCH_CONCURRENCY,
-        max_connections: int = defaults.DEFAULT_MAX_CONNECTIONS,
-        socket_timeout: Duration = defaults.DEFAULT_SOCKET_TIMEOUT,
-        retry_for: Duration = defaults.DEFAULT_RETRY_FOR,
+        max_redrives: int = config.DEFAULT_MAX_REDRIVES,
+        max_depth: int = config.DEFAULT_MAX_DEPTH,
+        finaliser_lease: Duration = config.DEFAULT_LEASE_SECONDS,
+        tombstone_ttl: Duration = config.DEFAULT_TOMBSTONE_SECONDS,
+        max_group_size: int = config.DEFAULT_MAX_GROUP_SIZE,
+        max_result_bytes: int = config.DEFAULT_MAX_RESULT_BYTES,
+        results_inline_max: int = config.DEFAULT_RESULTS_INLINE_MAX,
+        max_member_bytes: int = config.DEFAULT_MAX_MEMBER_BYTES,
+        dispatch_concurrency: int = config.DEFAULT_DISPATCH_CONCURRENCY,
+        max_connections: int = config.DEFAULT_MAX_CONNECTIONS,
+        socket_timeout: Duration = config.DEFAULT_SOCKET_TIMEOUT,
+        retry_for: Duration = config.DEFAULT_RETRY_FOR,
         durability: Durability | str = Durability.ACKNOWLEDGED,
-        replicas: int = defaults.DEFAULT_REPLICAS,
-        replication_timeout: Duration = defaults.DEFAULT_REPLICATION_TIMEOUT,
+        replicas: int = config.DEFAULT_REPLICAS,
+        replication_timeout: Duration = config.DEFAULT_REPLICATION_TIMEOUT,
         outcome_batching: OutcomeBatching | None = None,
     ) -> None:
         """Configure; nothing connects until the broker starts.
@@ -108,7 +119,7 @@ class FanInMiddleware(TaskiqMiddleware):
             ledger) are larger is refused before anything is written.
         :param dispatch_concurrency: member kicks a planner keeps in flight.
         :param max_connections: connections the client built from a URL opens
-            at most; more callers wait for one (``store/client.py``).
+            at most; more callers wait for one (``transport/client.py``).
         :param socket_timeout: seconds a command may take before Redis counts
             as away (the client built from a URL).
         :param retry_for: seconds a worker's hook retries while Redis is away
@@ -183,7 +194,7 @@ class FanInMiddleware(TaskiqMiddleware):
                 self.broker,
                 self._client,
                 start_chain=launch.start_member,
-                check_chain=validation.validate_chain,
+                check_chain=chain_validation.validate_chain,
                 batching=self._batching,
             )
             self._running = RunningMembers(

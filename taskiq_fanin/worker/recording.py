@@ -10,18 +10,18 @@ from typing import Any
 
 from taskiq import TaskiqMessage, TaskiqResult
 
-from taskiq_fanin.chains import on_error, progress, record
+from taskiq_fanin.chains import error_continuation, progress, record
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
 from taskiq_fanin.context import FanInContext, new_delivery
-from taskiq_fanin.groups import continuation
-from taskiq_fanin.groups import recording as member_recording
-from taskiq_fanin.model.labels import (
+from taskiq_fanin.domain.labels import (
     CONTINUATION_LABEL,
     ON_ERROR_OF_LABEL,
     ContinuationRef,
     MemberRef,
     OnErrorRef,
 )
+from taskiq_fanin.groups import continuation
+from taskiq_fanin.groups import recording as member_recording
 from taskiq_fanin.worker.ending import Ending
 from taskiq_fanin.worker.leases import Held
 
@@ -91,7 +91,7 @@ class Recording:
         if ref is not None:
             await continuation.complete(ctx, ref)
         if failed_chain is not None:
-            await on_error.complete(ctx, failed_chain)
+            await error_continuation.complete(ctx, failed_chain)
 
     async def _release(
         self,
@@ -116,6 +116,6 @@ class Recording:
         if cursor is not None:
             await record.release_step(ctx, cursor, attempt=attempt, delivery=delivery)
         if failed_chain is not None:
-            await on_error.release(
+            await error_continuation.release(
                 ctx, failed_chain, attempt=attempt, delivery=delivery
             )

@@ -2,7 +2,7 @@
 
 A member's label is parsed once, when its body is about to run; the reference
 goes with the member to its recording. The outcome batcher hears only that a
-member of a group runs here and when it is gone (``store/outcome_batching.py``).
+member of a group runs here and when it is gone (``transport/outcome_batching.py``).
 """
 
 import asyncio
@@ -11,9 +11,9 @@ from typing import Any
 
 from taskiq import TaskiqMessage
 
-from taskiq_fanin.model.labels import MemberRef
-from taskiq_fanin.store.keys import group_keys
-from taskiq_fanin.store.outcome_batching import (
+from taskiq_fanin.domain.labels import MemberRef
+from taskiq_fanin.storage.keys import group_keys
+from taskiq_fanin.transport.outcome_batching import (
     GroupCallKey,
     OutcomeBatcher,
     group_call_key,

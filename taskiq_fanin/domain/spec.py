@@ -1,0 +1,82 @@
+"""What groups and chains are, as data: they nest, and they serialize.
+
+A chain's plan travels with its messages as JSON and a group's members wait in
+its ledger as JSON, so every model here serializes. A group may be a step of a
+chain; a chain may be a member of a group.
+"""
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Tag, TypeAdapter
+
+from taskiq_fanin.domain.options import GroupOptions
+from taskiq_fanin.domain.signature import Signature
+
+
+def _kind(value: Any) -> str:
+    keys = value.keys() if isinstance(value, dict) else type(value).model_fields
+    if "steps" in keys:
+        return "chain"
+    if "members" in keys:
+        return "group"
+    return "task"
+
+
+class GroupSpec(BaseModel):
+    """Members, and the options that say what runs once they all have an outcome."""
+
+    model_config = ConfigDict(frozen=True)
+
+    members: "tuple[Member, ...]"
+    options: GroupOptions = GroupOptions()
+    #: Makes planning idempotent; ``None`` plans under a fresh id.
+    group_id: str | None = None
+
+
+class ChainSpec(BaseModel):
+    """Steps run one after another, each enqueued by the one before it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    steps: "tuple[Step, ...]"
+    #: Receives a ``ChainFailure`` when a step fails for good.
+    on_error: Signature | None = None
+    chain_id: str | None = None
+    #: Go on past a step that fails for good (its failure recorded) instead of
+    #: stopping: how compensations run, each attempted whatever came before.
+    keep_going: bool = False
+
+
+#: A step of a chain: a task, or a group whose continuation is the next step.
+Step = Annotated[
+    Annotated[Signature, Tag("task")] | Annotated[GroupSpec, Tag("group")],
+    Discriminator(_kind),
+]
+#: A member of a group: a task, or a chain that counts once its last step ends.
+Member = Annotated[
+    Annotated[Signature, Tag("task")] | Annotated[ChainSpec, Tag("chain")],
+    Discriminator(_kind),
+]
+GroupSpec.model_rebuild()
+ChainSpec.model_rebuild()
+
+_MEMBER_ADAPTER: TypeAdapter[Signature | ChainSpec] = TypeAdapter(Member)
+
+
+def member_to_ledger(member: Signature | ChainSpec) -> str:
+    """A member as the ledger keeps it: compact JSON."""
+    if isinstance(member, Signature):
+        return member.to_ledger()
+    return member.model_dump_json(by_alias=True, exclude_defaults=True)
+
+
+def member_from_ledger(raw: str | bytes) -> Signature | ChainSpec:
+    """Inverse of :func:`member_to_ledger`."""
+    return _MEMBER_ADAPTER.validate_json(raw)
+
+
+def step_name(step: Signature | GroupSpec) -> str:
+    """How a step shows in the chain's workflow record."""
+    if isinstance(step, Signature):
+        return step.task_name
+    return f"group of {len(step.members)}"
