@@ -25,7 +25,13 @@ from taskiq_fanin.domain.spec import ChainSpec
 from taskiq_fanin.storage.chain_scripts import ChainScripts
 from taskiq_fanin.storage.group_scripts import GroupScripts
 from taskiq_fanin.storage.result_pages import ResultPageReader
-from taskiq_fanin.transport.client import RedisClient
+from taskiq_fanin.transport.client import (
+    RedisClient,
+    connect,
+    reachable,
+    set_up,
+    without_password,
+)
 from taskiq_fanin.transport.outcome_batching import OutcomeBatcher, OutcomeBatching
 from taskiq_fanin.transport.pipeline import PipelineBatcher
 from taskiq_fanin.transport.queue_kicks import kicking_broker, prompt_broker
@@ -103,6 +109,8 @@ class FanInContext:
 
     config: FanInConfig
     redis: RedisClient
+    #: ``redis`` was made from a URL here: :meth:`close` closes it.
+    owns_redis: bool
     scripts: GroupScripts
     chain_scripts: ChainScripts
     start_chain: StartChain
@@ -118,24 +126,51 @@ class FanInContext:
     result_pages: ResultPageReader
 
     @classmethod
-    def create(
+    async def open(
         cls,
         config: FanInConfig,
         broker: AsyncBroker | None,
-        redis: RedisClient,
+        redis: str | RedisClient,
         *,
+        cluster: bool = False,
         start_chain: StartChain,
         check_chain: CheckChain,
         batching: OutcomeBatching | None = None,
     ) -> "FanInContext":
-        """Register the scripts on ``redis`` and wire one pipeline through them."""
-        pipeline = PipelineBatcher(redis, replication=replication(config))
+        """Connect (for a URL), check Redis answers, register the scripts.
+
+        Raises ``RedisUnreachableError`` (naming the URL without its password)
+        when Redis does not answer within ``socket_timeout``: a worker or a
+        caller that cannot reach Redis says so when its broker starts, not at
+        its first kick. A client passed in is the caller's, never closed here.
+        """
+        owned = isinstance(redis, str)
+        client = (
+            connect(
+                redis,
+                max_connections=config.max_connections,
+                socket_timeout=config.socket_timeout,
+                cluster=cluster,
+            )
+            if isinstance(redis, str)
+            else redis
+        )
+        try:
+            named = without_password(redis) if isinstance(redis, str) else ""
+            await reachable(client, within=config.socket_timeout, name=named)
+        except BaseException:
+            if owned:
+                await client.aclose()
+            raise
+        await set_up(client)
+        pipeline = PipelineBatcher(client, replication=replication(config))
         pipelined = kicking_broker(broker) if broker is not None else None
         return cls(
             config=config,
-            redis=redis,
-            scripts=GroupScripts(redis, pipeline, batching=batching),
-            chain_scripts=ChainScripts(redis, pipeline),
+            redis=client,
+            owns_redis=owned,
+            scripts=GroupScripts(client, pipeline, batching=batching),
+            chain_scripts=ChainScripts(client, pipeline),
             start_chain=start_chain,
             check_chain=check_chain,
             on_broker=broker,
@@ -143,6 +178,11 @@ class FanInContext:
             prompt=prompt_broker(pipelined) if pipelined is not None else None,
             result_pages=ResultPageReader(config.prefix, pipeline),
         )
+
+    async def close(self) -> None:
+        """Close the connection :meth:`open` made (never a caller's client)."""
+        if self.owns_redis:
+            await self.redis.aclose()
 
     @property
     def broker(self) -> AsyncBroker:

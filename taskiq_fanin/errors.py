@@ -29,6 +29,7 @@ from taskiq_fanin.domain.exceptions import (
     NestingTooDeepError,
     NotATaskError,
     NotReplicatedError,
+    RedisUnreachableError,
     RunningElsewhereError,
     UnknownTaskError,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "NestingTooDeepError",
     "NotATaskError",
     "NotReplicatedError",
+    "RedisUnreachableError",
     "RunningElsewhereError",
     "UnknownTaskError",
 ]

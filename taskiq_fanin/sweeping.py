@@ -5,12 +5,7 @@ the command line.
 """
 
 from taskiq_fanin.api.sweep_task import SWEEP_TASK_NAME, register_sweep_task, sweep
-from taskiq_fanin.sweep.report import (
-    Finding,
-    FindingKind,
-    SweepAction,
-    SweepReport,
-)
+from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction, SweepReport
 
 __all__ = [
     "SWEEP_TASK_NAME",

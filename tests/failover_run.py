@@ -25,12 +25,7 @@ from redis.exceptions import RedisError
 from taskiq import TaskiqError
 
 from local_redis import CONSUMER_GROUP, eventually
-from taskiq_fanin import (
-    Signature,
-    chain,
-    group,
-    sweep,
-)
+from taskiq_fanin import Signature, chain, group, sweep
 from taskiq_fanin.api.broker import find_fanin
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.models import GroupState

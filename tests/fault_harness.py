@@ -42,13 +42,7 @@ from local_redis import (
     poll_until,
     stream_drained,
 )
-from taskiq_fanin import (
-    ChainHandle,
-    FanInMiddleware,
-    Signature,
-    group,
-    sweep,
-)
+from taskiq_fanin import ChainHandle, FanInMiddleware, Signature, group, sweep
 from taskiq_fanin.api.broker import find_fanin
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.sweeping import FindingKind, SweepReport

@@ -10,13 +10,7 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 from taskiq import Context, InMemoryBroker, TaskiqDepends
 
-from taskiq_fanin import (
-    FanInError,
-    FanInMiddleware,
-    Signature,
-    chain,
-    group,
-)
+from taskiq_fanin import FanInError, FanInMiddleware, Signature, chain, group
 from taskiq_fanin.chains.chain_validation import validate_chain
 from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
 from taskiq_fanin.errors import (

@@ -15,13 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from local_redis import RedisServer
-from taskiq_fanin import (
-    GroupResult,
-    Signature,
-    chain,
-    group,
-    sweep,
-)
+from taskiq_fanin import GroupResult, Signature, chain, group, sweep
 from taskiq_fanin.api.broker import context_of
 from taskiq_fanin.domain.exceptions import (
     GroupTooWideError,

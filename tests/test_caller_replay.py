@@ -15,12 +15,7 @@ import fakeredis
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from taskiq_fanin import (
-    FanInMiddleware,
-    GroupResult,
-    Signature,
-    group,
-)
+from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group
 from taskiq_fanin.api.broker import context_of
 from taskiq_fanin.errors import FanInError, GroupLostError, MemberNotSerializableError
 from taskiq_fanin.groups import ledger

@@ -17,14 +17,7 @@ from typing import Any
 import pytest
 
 from local_redis import eventually
-from taskiq_fanin import (
-    FanInMiddleware,
-    GroupResult,
-    Signature,
-    cancel,
-    chain,
-    group,
-)
+from taskiq_fanin import FanInMiddleware, GroupResult, Signature, cancel, chain, group
 from taskiq_fanin.errors import NotReplicatedError
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.storage.scripts import packaged

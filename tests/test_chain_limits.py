@@ -9,12 +9,7 @@ import pytest
 from redis.asyncio import Redis
 from taskiq_redis import RedisStreamBroker
 
-from taskiq_fanin import (
-    ChainHandle,
-    Signature,
-    chain,
-    group,
-)
+from taskiq_fanin import ChainHandle, Signature, chain, group
 from taskiq_fanin.chains.cursor import CHAIN_LABEL
 from taskiq_fanin.errors import ArgumentsMismatchError, MemberTooLargeError
 from taskiq_fanin.models import ChainState

@@ -13,21 +13,11 @@ from redis.asyncio import Redis
 from taskiq import AsyncBroker, TaskiqResult
 
 from local_redis import free_port
-from taskiq_fanin import (
-    FanInMiddleware,
-    Signature,
-    chain,
-    group,
-)
+from taskiq_fanin import FanInMiddleware, Signature, chain, group
 from taskiq_fanin.cli.parser import EXIT_MEANINGS, ExitCode
 from taskiq_fanin.domain.ids import step_id
 from taskiq_fanin.inspection import chain_status, group_status
-from taskiq_fanin.storage.keys import (
-    ChainKeys,
-    GroupKeys,
-    index_key,
-    sweep_lock_key,
-)
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys, index_key, sweep_lock_key
 from tests.cli_runner import run_cli
 from tests.harness import ROOT, SentMessages, eventually, stream_broker
 

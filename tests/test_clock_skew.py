@@ -11,14 +11,7 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from taskiq_fanin import (
-    FanInMiddleware,
-    GroupResult,
-    Signature,
-    chain,
-    group,
-    sweep,
-)
+from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group, sweep
 from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState
 from taskiq_fanin.storage.keys import ChainKeys, GroupKeys

@@ -18,13 +18,7 @@ from redis.asyncio import Redis
 from taskiq_redis import RedisStreamBroker
 
 from local_redis.server import RedisServer
-from taskiq_fanin import (
-    FanInMiddleware,
-    GroupResult,
-    Signature,
-    chain,
-    group,
-)
+from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group
 from taskiq_fanin.errors import NotReplicatedError
 from taskiq_fanin.storage.keys import GroupKeys
 from tests.harness import drained, eventually, worker

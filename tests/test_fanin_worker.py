@@ -12,12 +12,7 @@ import pytest
 from redis.asyncio import Redis
 from taskiq import SimpleRetryMiddleware
 
-from taskiq_fanin import (
-    GroupResult,
-    Signature,
-    group,
-    group_task,
-)
+from taskiq_fanin import GroupResult, Signature, group, group_task
 from taskiq_fanin.domain.labels import MEMBER_LABEL, MemberRef
 from taskiq_fanin.storage.keys import GroupKeys
 from tests.harness import (

@@ -16,14 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from local_redis import RedisServer
-from taskiq_fanin import (
-    ChainFailure,
-    GroupResult,
-    Signature,
-    chain,
-    group,
-    sweep,
-)
+from taskiq_fanin import ChainFailure, GroupResult, Signature, chain, group, sweep
 from taskiq_fanin.domain.ids import member_task_id, step_id
 from taskiq_fanin.domain.results import ChainState, GroupState
 from taskiq_fanin.inspection import group_status

@@ -11,13 +11,7 @@ Real redis-server, real ``Receiver``.
 
 import asyncio
 
-from taskiq_fanin import (
-    ChainFailure,
-    Signature,
-    cancel,
-    chain,
-    sweep,
-)
+from taskiq_fanin import ChainFailure, Signature, cancel, chain, sweep
 from taskiq_fanin.inspection import chain_status
 from taskiq_fanin.sweeping import SweepAction
 from tests.harness import drained, eventually, stream_broker, worker

@@ -13,13 +13,7 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 from redis.asyncio import Redis
 
-from taskiq_fanin import (
-    FanInMiddleware,
-    GroupResult,
-    Signature,
-    group,
-    sweep,
-)
+from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group, sweep
 from taskiq_fanin.api.broker import context_of
 from taskiq_fanin.domain.results import GroupState
 from taskiq_fanin.inspection import group_status

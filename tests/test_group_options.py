@@ -13,13 +13,7 @@ import pytest
 from redis.asyncio import Redis
 from taskiq import BrokerMessage, InMemoryBroker
 
-from taskiq_fanin import (
-    FanInMiddleware,
-    Signature,
-    chain,
-    group,
-    group_task,
-)
+from taskiq_fanin import FanInMiddleware, Signature, chain, group, group_task
 from taskiq_fanin.chains.tasks import CONTINUE_TASK_NAME, FAIL_TASK_NAME
 from taskiq_fanin.domain.labels import CANCELLABLE_LABEL
 from taskiq_fanin.domain.options import GroupOptionsArgs

@@ -35,12 +35,7 @@ from redis.asyncio import Redis
 from taskiq_fanin.storage.chain_scripts import ChainScripts
 from taskiq_fanin.storage.group_scripts import GroupScripts
 from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
-from taskiq_fanin.storage.replies import (
-    Begin,
-    Failed,
-    Outcome,
-    Recorded,
-)
+from taskiq_fanin.storage.replies import Begin, Failed, Outcome, Recorded
 from taskiq_fanin.transport.pipeline import PipelineBatcher
 
 T = TypeVar("T")

@@ -27,12 +27,7 @@ from redis.asyncio import Redis
 import taskiq_fanin
 from local_redis import RedisServer, stream_drained
 from local_redis.secure import SecureRedisServer, TlsUnavailableError
-from taskiq_fanin import (
-    Signature,
-    chain,
-    group,
-    sweep,
-)
+from taskiq_fanin import Signature, chain, group, sweep
 from tests.harness import eventually, worker_process
 
 ROOT = Path(__file__).resolve().parent.parent

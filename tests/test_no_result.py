@@ -18,13 +18,7 @@ from taskiq import (
 )
 from taskiq_redis import RedisStreamBroker
 
-from taskiq_fanin import (
-    FanInMiddleware,
-    GroupResult,
-    Signature,
-    chain,
-    group,
-)
+from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group
 from taskiq_fanin.models import ChainState
 from tests.harness import SentMessages, drained, eventually, stream_broker, worker
 

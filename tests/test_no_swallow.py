@@ -1,6 +1,7 @@
 """Nothing is swallowed: while Redis is away a worker's hooks retry, then raise,
 so the message stays unacknowledged; a run guard that cannot be asked runs no
-body. Redis here is a port nobody listens on (a server that went away)."""
+body. Redis here is a server of the test's own that went away after the broker
+started (a port nobody listens on any more)."""
 
 import asyncio
 import time
@@ -11,7 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from taskiq import InMemoryBroker, TaskiqMessage, TaskiqResult
 
-from local_redis import free_port
+from local_redis import RedisServer
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
 from taskiq_fanin.domain.labels import CONTINUATION_LABEL, MEMBER_LABEL, OnErrorRef
@@ -25,16 +26,24 @@ AWAY_ERRORS = (RedisConnectionError, RedisTimeoutError)
 
 @pytest.fixture
 async def away() -> "asyncio.AsyncGenerator[FanInMiddleware, None]":
-    """A started middleware whose Redis is gone."""
-    client = Redis(
-        host="127.0.0.1", port=free_port(), socket_connect_timeout=1.0, retry=None
-    )
-    fanin = FanInMiddleware(client, prefix="away", retry_for=RETRY_FOR)
-    broker = InMemoryBroker().with_middlewares(fanin)
-    await broker.startup()
-    yield fanin
-    await broker.shutdown()
-    await client.aclose()
+    """A middleware started on a server of its own, which then went away.
+
+    Started: ``broker.startup()`` refuses a Redis that does not answer. Gone:
+    the server is stopped and the client's connections dropped, so that every
+    command connects anew to a port nobody listens on.
+    """
+    with RedisServer() as server:
+        client = Redis(
+            host=server.host, port=server.port, socket_connect_timeout=1.0, retry=None
+        )
+        fanin = FanInMiddleware(client, prefix="away", retry_for=RETRY_FOR)
+        broker = InMemoryBroker().with_middlewares(fanin)
+        await broker.startup()
+        server.stop()
+        await client.connection_pool.disconnect()
+        yield fanin
+        await broker.shutdown()
+        await client.aclose()
 
 
 def message(**labels: str) -> TaskiqMessage:

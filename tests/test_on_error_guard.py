@@ -45,12 +45,7 @@ from taskiq_fanin.storage.rechecks import Lost
 from taskiq_fanin.storage.records import ChainRecord
 from taskiq_fanin.storage.replies import Begin, Failed
 from taskiq_fanin.sweep import chain_sweep
-from taskiq_fanin.sweeping import (
-    Finding,
-    FindingKind,
-    SweepAction,
-    SweepReport,
-)
+from taskiq_fanin.sweeping import Finding, FindingKind, SweepAction, SweepReport
 from taskiq_fanin.transport.pipeline import PipelineBatcher
 from tests.harness import (
     SentMessages,

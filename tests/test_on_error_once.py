@@ -18,13 +18,7 @@ import time
 
 import pytest
 
-from taskiq_fanin import (
-    ChainHandle,
-    Signature,
-    chain,
-    group,
-    sweep,
-)
+from taskiq_fanin import ChainHandle, Signature, chain, group, sweep
 from taskiq_fanin.domain.config import DEFAULT_MAX_REDRIVES
 from taskiq_fanin.domain.ids import undo_chain_id
 from taskiq_fanin.inspection import chain_status

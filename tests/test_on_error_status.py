@@ -8,12 +8,7 @@ read from hashes.
 
 import asyncio
 
-from taskiq_fanin import (
-    ChainFailure,
-    FanInMiddleware,
-    Signature,
-    chain,
-)
+from taskiq_fanin import ChainFailure, FanInMiddleware, Signature, chain
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.record import status_from_record
 from taskiq_fanin.domain.ids import chain_on_error_id

@@ -6,12 +6,7 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 from taskiq import BrokerMessage, InMemoryBroker
 
-from taskiq_fanin import (
-    FanInMiddleware,
-    Signature,
-    group,
-    group_task,
-)
+from taskiq_fanin import FanInMiddleware, Signature, group, group_task
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.storage.keys import GroupKeys
 from tests.harness import eventually
@@ -180,7 +175,7 @@ async def test_planning_again_at_once_after_a_failed_dispatch_dispatches_the_res
 
 async def _older_than_lease(fanin: FanInMiddleware, group_id: str) -> bool:
     status = await group_status(fanin, group_id)
-    return status.age_seconds() > fanin.config.lease  # type: ignore[operator]
+    return status.age_seconds() > fanin.config.finaliser_lease
 
 
 async def test_an_empty_group_whose_create_reply_was_lost_still_continues_at_once(

@@ -51,8 +51,6 @@ HASH_COMMANDS = {"hget", "hmget", "hset", "hincrby", "hexists", "hdel", "hsetnx"
 NOT_A_RECORD = {
     # The keys given to a ChainSpec's validator: its own ``steps`` option.
     ("domain/spec.py", "steps"),
-    # The set of what a step's end has recorded: its group member.
-    ("worker/recording.py", "member"),
 }
 
 

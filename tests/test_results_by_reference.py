@@ -11,14 +11,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from taskiq_fanin import (
-    ChainFailure,
-    GroupResult,
-    MemberError,
-    Signature,
-    chain,
-    group,
-)
+from taskiq_fanin import ChainFailure, GroupResult, MemberError, Signature, chain, group
 from taskiq_fanin.domain.group_result import ResultsReference
 from taskiq_fanin.errors import GroupResultsExpiredError, MiddlewareNotFoundError
 from taskiq_fanin.storage.keys import GroupKeys

@@ -21,12 +21,7 @@ from taskiq.exceptions import SendTaskError
 from taskiq_redis import RedisStreamBroker, RedisStreamSentinelBroker
 
 from local_redis import RedisSentinel, eventually
-from taskiq_fanin import (
-    FanInMiddleware,
-    GroupResult,
-    Signature,
-    group,
-)
+from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group
 from taskiq_fanin.domain.exceptions import InvalidOptionError
 from taskiq_fanin.transport.client import connect
 from taskiq_fanin.transport.paced_kicks import SENTINEL_KICKS, PacedBroker, kick_limit

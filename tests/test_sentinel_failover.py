@@ -17,8 +17,7 @@ step to one run. Counts come from an observation server no fault touches, and
 are taken once nothing is left to run (``tests.failover_run.Run.drained``).
 
 With ``durability="replicated"`` no recorded outcome may be lost; it runs with
-two replicas, so that the promoted primary has one to wait for (the parameter
-is skipped on a tree whose ``FanInConfig`` has no ``durability``). Until the
+two replicas, so that the promoted primary has one to wait for. Until the
 sentinels have pointed the other replica at the promoted primary (a second or
 so), every replicated write is refused and retried, as in production.
 
@@ -30,11 +29,11 @@ out. The summary prints the elections the sentinels held (``failovers``).
 """
 
 import asyncio
-import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,25 +41,15 @@ import pytest
 from redis.asyncio import Redis
 
 from local_redis import RedisSentinel, RedisServer
-from taskiq_fanin.domain.config import FanInConfig
 from tests.failover_run import PACE, RUN_LEASE, Run, check, loaded, print_summary
 from tests.harness import close_sentinels
 
 pytestmark = pytest.mark.faults
 
-HAS_DURABILITY = "durability" in {f.name for f in dataclasses.fields(FanInConfig)}
-DURABILITIES = [
-    "acknowledged",
-    pytest.param(
-        "replicated",
-        marks=pytest.mark.skipif(
-            not HAS_DURABILITY, reason="durability= is not built yet"
-        ),
-    ),
-]
+DURABILITIES = ["acknowledged", "replicated"]
 
 
-@dataclasses.dataclass
+@dataclass
 class SentinelRun(Run):
     """A run on the test's own primary, replicas and sentinels."""
 

@@ -14,14 +14,7 @@ from redis.asyncio import Redis
 from taskiq import SendTaskError, TaskiqMessage, TaskiqMiddleware
 from taskiq.schedule_sources import LabelScheduleSource
 
-from taskiq_fanin import (
-    FanInMiddleware,
-    GroupResult,
-    Signature,
-    chain,
-    group,
-    sweep,
-)
+from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group, sweep
 from taskiq_fanin.api.broker import find_fanin
 from taskiq_fanin.domain.labels import CONTINUATION_LABEL, takes_over
 from taskiq_fanin.inspection import group_status

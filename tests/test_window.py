@@ -14,13 +14,7 @@ import pytest
 from redis.asyncio import Redis
 from taskiq import SimpleRetryMiddleware
 
-from taskiq_fanin import (
-    GroupResult,
-    Signature,
-    chain,
-    group,
-    sweep,
-)
+from taskiq_fanin import GroupResult, Signature, chain, group, sweep
 from taskiq_fanin.api.broker import context_of
 from taskiq_fanin.domain.exceptions import InvalidOptionError
 from taskiq_fanin.domain.ids import member_task_id, step_id

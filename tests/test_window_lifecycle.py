@@ -29,12 +29,7 @@ from taskiq_fanin import (
 from taskiq_fanin.chains.tasks import CONTINUE_TASK_NAME
 from taskiq_fanin.domain.ids import step_id
 from taskiq_fanin.domain.results import GroupState
-from taskiq_fanin.inspection import (
-    chain_status,
-    group_status,
-    list_chains,
-    list_groups,
-)
+from taskiq_fanin.inspection import chain_status, group_status, list_chains, list_groups
 from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.sweep import giving_up
 from tests.fake_brokers import MEMBER, MembersGoNowhere

@@ -14,12 +14,7 @@ from taskiq import AsyncBroker
 from taskiq.exceptions import TaskiqResultTimeoutError
 
 from benchmarks.apps.common import App, AppSettings
-from taskiq_fanin import (
-    GroupResult,
-    Signature,
-    group,
-    group_task,
-)
+from taskiq_fanin import GroupResult, Signature, group, group_task
 
 #: Resize jobs per album, as in the seed.
 IMAGES = 5

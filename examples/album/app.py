@@ -14,13 +14,7 @@ import os
 from redis.asyncio import Redis
 from taskiq_redis import RedisStreamBroker
 
-from taskiq_fanin import (
-    FanInMiddleware,
-    GroupResult,
-    Signature,
-    group,
-    group_task,
-)
+from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group, group_task
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 #: Where ``publish`` leaves a line per album, for ``run.py`` to show.

@@ -65,7 +65,7 @@ async def step_due(ctx: FanInContext, chain: ChainRecord, now: int) -> StepDue:
     if reading.leased(inspected):
         # Its finaliser or its continuation (which moves the chain on) holds
         # a lease: on time until the lease is looked at again.
-        return StepDue(now + ms(ctx.config.lease), meta.expires_at)
+        return StepDue(now + ms(ctx.config.finaliser_lease), meta.expires_at)
     return StepDue(own)
 
 

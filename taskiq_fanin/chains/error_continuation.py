@@ -120,7 +120,7 @@ async def begin(
         token=ref.token,
         attempt=attempt,
         delivery=delivery,
-        lease_ms=ms(ctx.config.lease),
+        lease_ms=ms(ctx.config.finaliser_lease),
         takes_over=takes_over,
     )
 

@@ -114,7 +114,7 @@ async def _failed(
 ) -> None:
     # Should this worker die before its member is recorded or the chain is
     # failed, the sweep looks at it once a lease is over, not at its deadline.
-    look = chain_index.reschedule(ctx, cursor.id, ms(ctx.config.lease))
+    look = chain_index.reschedule(ctx, cursor.id, ms(ctx.config.finaliser_lease))
     fail = ctx.chain_scripts.begin_failing(
         keys_of(ctx, cursor.id),
         token=cursor.token,
@@ -160,7 +160,7 @@ async def _finished(
     if end is not None:
         # A member is recorded after the chain is done: should this worker die
         # in between, the sweep records it a lease later (the record keeps it).
-        look = chain_index.look_sooner(ctx, cursor.id, ms(ctx.config.lease))
+        look = chain_index.look_sooner(ctx, cursor.id, ms(ctx.config.finaliser_lease))
         _, finished = await asyncio.gather(look, finish)
     else:
         finished = await finish

@@ -179,7 +179,7 @@ async def begin_step(
         step=cursor.index,
         attempt=attempt,
         delivery=delivery,
-        lease_ms=ms(ctx.config.lease),
+        lease_ms=ms(ctx.config.finaliser_lease),
         takes_over=takes_over,
     )
 

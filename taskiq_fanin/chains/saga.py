@@ -92,7 +92,7 @@ async def give_up(ctx: FanInContext, pending: str, error: FanInError) -> bool:
     failure = tasks.step_error_payload(error, ctx.config.max_result_bytes)
     delivery = new_delivery()
     # Should the sweep die half-way, the next one finishes it a lease later.
-    await chain_index.reschedule(ctx, cursor.id, ms(ctx.config.lease))
+    await chain_index.reschedule(ctx, cursor.id, ms(ctx.config.finaliser_lease))
     failed, compensations = await ctx.chain_scripts.begin_failing(
         record.keys_of(ctx, cursor.id),
         token=cursor.token,

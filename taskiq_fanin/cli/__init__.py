@@ -21,7 +21,7 @@ from taskiq_fanin.cli.parser import (
     UsageError,
     build_parser,
 )
-from taskiq_fanin.domain.exceptions import FanInError
+from taskiq_fanin.domain.exceptions import FanInError, RedisUnreachableError
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -65,6 +65,8 @@ def _failed(exc: Exception, prog: str) -> ExitCode:
     """Say on one line of stderr why the command stopped; return its exit code."""
     if isinstance(exc, NotFoundError):
         message, code = str(exc), ExitCode.NOT_FOUND
+    elif isinstance(exc, RedisUnreachableError):
+        message, code = f"Redis: {exc}", ExitCode.UNREACHABLE
     elif isinstance(exc, UsageError | FanInError):
         message, code = f"error: {exc}", ExitCode.USAGE
     elif isinstance(exc, MovedError):  # a plain client's command on a cluster

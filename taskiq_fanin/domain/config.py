@@ -1,14 +1,28 @@
-"""The middleware's options, with their defaults and checks."""
+"""The middleware's options: declared once, with their defaults and checks.
+
+:class:`FanInConfig` holds every option of ``FanInMiddleware`` under the name
+the middleware takes it by, down to the engines; :class:`FanInOptions` says
+which values each takes, for the middleware's ``**options`` (a test holds the
+two to the same names). Durations are seconds, or a ``timedelta``.
+"""
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import TypeVar
+from typing import Annotated, Any, TypedDict
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from taskiq_fanin.domain.exceptions import InvalidOptionError, shown
 from taskiq_fanin.domain.results import FailurePolicy, SweepPolicy
-
-E = TypeVar("E", bound=enum.Enum)
 
 #: Every key of a group expires after this long, finished or not.
 DEFAULT_TTL_SECONDS = 7 * 24 * 3600
@@ -51,7 +65,7 @@ DEFAULT_REPLICAS = 1
 DEFAULT_REPLICATION_TIMEOUT = 1.0
 
 
-class Durability(enum.Enum):
+class Durability(str, enum.Enum):
     """When a write counts as done."""
 
     #: Once the primary acknowledged it (a failover may lose it).
@@ -64,11 +78,19 @@ class Durability(enum.Enum):
 Duration = float | timedelta
 
 
-def seconds(name: str, value: Duration) -> float:
-    """A duration option in seconds (a ``timedelta`` or a number), checked positive."""
+def _in_seconds(value: Any) -> Any:
+    """A duration in seconds; a flag or a string is no duration."""
     if isinstance(value, timedelta):
-        value = value.total_seconds()
-    return positive(name, value)
+        return value.total_seconds()
+    if isinstance(value, bool | str):
+        raise ValueError("a number of seconds or a timedelta")
+    return value
+
+
+#: A duration option: seconds or a ``timedelta``, kept in seconds, above 0.
+Seconds = Annotated[float, BeforeValidator(_in_seconds), Field(gt=0)]
+#: A count or a size: a whole number above 0 (a flag or a float is refused).
+Positive = Annotated[int, Field(gt=0, strict=True)]
 
 
 def ms(seconds: float) -> int:
@@ -76,30 +98,15 @@ def ms(seconds: float) -> int:
     return int(seconds * 1000)
 
 
-def check_lifetime(ttl: float, deadline: float, lease: float) -> None:
+def check_lifetime(ttl: float, deadline: float, finaliser_lease: float) -> None:
     """A group must outlive its deadline by the time the sweep needs to act."""
-    if ttl < deadline + lease:
+    if ttl < deadline + finaliser_lease:
         raise InvalidOptionError(
             name="ttl",
             value=shown(ttl),
             reason=f"a group must outlive its deadline ({deadline:g} s) by the "
-            f"finaliser lease ({lease:g} s) the sweep needs: raise ttl to at least "
-            f"{deadline + lease:g} s or lower the deadline",
-        )
-
-
-def check_replication(replicas: int, timeout: float, socket_timeout: float) -> None:
-    """A whole number of replicas; a ``WAIT`` that ends before the socket times out."""
-    if not isinstance(replicas, int):
-        raise InvalidOptionError(
-            name="replicas", value=shown(replicas), reason="a whole number"
-        )
-    if timeout < 0.001 or timeout >= socket_timeout:
-        raise InvalidOptionError(
-            name="replication_timeout",
-            value=shown(timeout),
-            reason=f"from 1 ms to below socket_timeout ({socket_timeout:g} s): "
-            "WAIT must answer before the client counts Redis as away",
+            f"finaliser lease ({finaliser_lease:g} s) the sweep needs: raise ttl "
+            f"to at least {deadline + finaliser_lease:g} s or lower the deadline",
         )
 
 
@@ -112,80 +119,122 @@ def positive(name: str, value: float) -> float:
     return value
 
 
-@dataclass(frozen=True)
-class FanInConfig:
-    """Validated middleware options (see ``FanInMiddleware`` for their meaning)."""
+def invalid_option(error: ValidationError) -> InvalidOptionError:
+    """The first thing pydantic found wrong, as the typed error naming it."""
+    first = error.errors()[0]
+    name = ".".join(str(part) for part in first["loc"]) or "options"
+    reason = first["msg"].removeprefix("Value error, ")
+    return InvalidOptionError(name=name, value=shown(first.get("input")), reason=reason)
 
+
+class FanInConfig(BaseModel):
+    """Every option of ``FanInMiddleware``, checked: the only declaration of them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: First part of every key the library writes (no braces, no spaces).
     prefix: str = DEFAULT_PREFIX
-    ttl: float = DEFAULT_TTL_SECONDS
-    deadline: float = DEFAULT_DEADLINE_SECONDS
-    lease: float = DEFAULT_LEASE_SECONDS
-    tombstone_ttl: float = DEFAULT_TOMBSTONE_SECONDS
-    max_group_size: int = DEFAULT_MAX_GROUP_SIZE
-    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
-    results_inline_max: int = DEFAULT_RESULTS_INLINE_MAX
-    dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY
+    #: Seconds every key of a group lives, finished or not.
+    ttl: Seconds = DEFAULT_TTL_SECONDS
+    #: Seconds after which a still-open group (or a chain's step) is stuck.
+    deadline: Seconds = DEFAULT_DEADLINE_SECONDS
+    #: Seconds the finalising member has to enqueue the continuation (and a
+    #: continuation or step body holds its run lease) before a sweep may act.
+    finaliser_lease: Seconds = DEFAULT_LEASE_SECONDS
+    #: Seconds a completed group's meta is kept so late duplicates change nothing.
+    tombstone_ttl: Seconds = DEFAULT_TOMBSTONE_SECONDS
+    #: The widest group one call may plan.
+    max_group_size: Positive = DEFAULT_MAX_GROUP_SIZE
+    #: Member results larger than this (as JSON) are not kept (the member still
+    #: counts); error messages are cut to this size.
+    max_result_bytes: Positive = DEFAULT_MAX_RESULT_BYTES
+    #: Default for groups: a group of more members hands its continuation a
+    #: ``GroupResult`` by reference (read with ``iter_results()``).
+    results_inline_max: Positive = DEFAULT_RESULTS_INLINE_MAX
+    #: Member kicks a planner keeps in flight.
+    dispatch_concurrency: Positive = DEFAULT_DISPATCH_CONCURRENCY
+    #: Default for groups: ``continue`` runs the continuation with the failures
+    #: in its ``GroupResult``; ``fail`` runs the error continuation instead.
     failure_policy: FailurePolicy = FailurePolicy.CONTINUE
+    #: Default for groups: what the sweep does with one still open past its
+    #: deadline (``report``, ``redrive``, ``give_up``).
     sweep_policy: SweepPolicy = SweepPolicy.REPORT
-    max_redrives: int = DEFAULT_MAX_REDRIVES
-    max_depth: int = DEFAULT_MAX_DEPTH
-    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
-    max_connections: int = DEFAULT_MAX_CONNECTIONS
-    socket_timeout: float = DEFAULT_SOCKET_TIMEOUT
-    retry_for: float = DEFAULT_RETRY_FOR
+    #: How many times the sweep may re-drive one group's members, dispatch its
+    #: overdue continuation again, kick a chain's step or its lost ``on_error``
+    #: again (each counted on its own).
+    max_redrives: int = Field(default=DEFAULT_MAX_REDRIVES, ge=0, strict=True)
+    #: How deep groups and chains may nest in each other.
+    max_depth: Positive = DEFAULT_MAX_DEPTH
+    #: A member whose arguments (as JSON, in the ledger) are larger is refused
+    #: before anything is written.
+    max_member_bytes: Positive = DEFAULT_MAX_MEMBER_BYTES
+    #: Connections the client built from a URL opens at most.
+    max_connections: Positive = DEFAULT_MAX_CONNECTIONS
+    #: Seconds a command may take before Redis counts as away (the client built
+    #: from a URL; also how long ``broker.startup()`` waits for Redis to answer).
+    socket_timeout: Seconds = DEFAULT_SOCKET_TIMEOUT
+    #: Seconds a worker's hook retries while Redis is away before it leaves its
+    #: message unacknowledged, to come back.
+    retry_for: Seconds = DEFAULT_RETRY_FOR
+    #: ``acknowledged`` (a write is done once the primary took it) or
+    #: ``replicated`` (once ``replicas`` replicas did too, within
+    #: ``replication_timeout``; fewer, and it is not done: retried).
     durability: Durability = Durability.ACKNOWLEDGED
-    replicas: int = DEFAULT_REPLICAS
-    replication_timeout: float = DEFAULT_REPLICATION_TIMEOUT
+    #: Under ``replicated``: replicas that must acknowledge each write ...
+    replicas: Positive = DEFAULT_REPLICAS
+    #: ... within this many seconds (``WAIT``), below ``socket_timeout``.
+    replication_timeout: Seconds = DEFAULT_REPLICATION_TIMEOUT
 
-    def __post_init__(self) -> None:
-        if not self.prefix or any(c in self.prefix for c in "{} "):
-            raise InvalidOptionError(
-                name="prefix",
-                value=shown(self.prefix),
-                reason="non-empty, no braces/spaces",
-            )
-        for name in (
-            "ttl",
-            "deadline",
-            "lease",
-            "tombstone_ttl",
-            "socket_timeout",
-            "retry_for",
-            "max_group_size",
-            "max_result_bytes",
-            "results_inline_max",
-            "max_member_bytes",
-            "dispatch_concurrency",
-            "max_depth",
-            "max_connections",
-            "replicas",
-            "replication_timeout",
-        ):
-            positive(name, getattr(self, name))
-        check_lifetime(self.ttl, self.deadline, self.lease)
-        if self.durability is Durability.REPLICATED:
-            check_replication(
-                self.replicas, self.replication_timeout, self.socket_timeout
-            )
-        if (
-            isinstance(self.max_redrives, bool)
-            or not isinstance(self.max_redrives, int)
-            or self.max_redrives < 0
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, prefix: str) -> str:
+        if not prefix or any(c in prefix for c in "{} "):
+            raise ValueError("non-empty, no braces/spaces")
+        return prefix
+
+    @model_validator(mode="after")
+    def _together(self) -> "FanInConfig":
+        check_lifetime(self.ttl, self.deadline, self.finaliser_lease)
+        if self.durability is Durability.REPLICATED and not (
+            0.001 <= self.replication_timeout < self.socket_timeout
         ):
             raise InvalidOptionError(
-                name="max_redrives",
-                value=shown(self.max_redrives),
-                reason="must be >= 0",
+                name="replication_timeout",
+                value=shown(self.replication_timeout),
+                reason=f"from 1 ms to below socket_timeout ({self.socket_timeout:g} "
+                "s): WAIT must answer before the client counts Redis as away",
             )
+        return self
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> "FanInConfig":
+        """The options as keyword arguments, or the typed error naming a bad one."""
+        try:
+            return cls.model_validate(dict(options))
+        except ValidationError as error:
+            raise invalid_option(error) from None
 
 
-def choice(name: str, kind: type[E], value: "E | str") -> E:
-    """Parse an option that takes one of an enum's values, or raise a typed error."""
-    try:
-        return kind(value)
-    except ValueError:
-        raise InvalidOptionError(
-            name=name,
-            value=shown(value),
-            reason="one of " + ", ".join(e.value for e in kind),
-        ) from None
+class FanInOptions(TypedDict, total=False):
+    """The options of :class:`FanInConfig` as ``FanInMiddleware`` takes them."""
+
+    prefix: str
+    ttl: Duration
+    deadline: Duration
+    finaliser_lease: Duration
+    tombstone_ttl: Duration
+    max_group_size: int
+    max_result_bytes: int
+    results_inline_max: int
+    dispatch_concurrency: int
+    failure_policy: FailurePolicy | str
+    sweep_policy: SweepPolicy | str
+    max_redrives: int
+    max_depth: int
+    max_member_bytes: int
+    max_connections: int
+    socket_timeout: Duration
+    retry_for: Duration
+    durability: Durability | str
+    replicas: int
+    replication_timeout: Duration

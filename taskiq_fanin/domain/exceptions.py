@@ -244,6 +244,23 @@ class GroupLostError(FanInError, RuntimeError):
     group_id: str
 
 
+class RedisUnreachableError(FanInError, RedisConnectionError):
+    """Redis did not answer when the broker started.
+
+    Nothing listens, a wrong URL or port, a firewall: ``broker.startup()``
+    raises it, so that a worker or a caller that cannot reach Redis says so at
+    once, within ``socket_timeout``, not at its first kick.
+    """
+
+    __template__ = (
+        "cannot reach Redis at {where} ({reason}; waited at most {seconds:g} "
+        "s): is it running, and is the URL given to FanInMiddleware the right one?"
+    )
+    where: str
+    seconds: float
+    reason: str
+
+
 class RunningElsewhereError(FanInError):
     """Another copy of this continuation or chain step holds its run lease.
 

@@ -94,7 +94,7 @@ class GroupOptions(BaseModel):
         """
         values = dict(self)
         ttl, deadline = self.ttl or config.ttl, self.deadline or config.deadline
-        check_lifetime(ttl, deadline, config.lease)
+        check_lifetime(ttl, deadline, config.finaliser_lease)
         values.update(
             failure_policy=self.failure_policy or config.failure_policy,
             sweep_policy=self.sweep_policy or config.sweep_policy,

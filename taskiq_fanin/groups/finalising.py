@@ -154,7 +154,7 @@ async def _rescore_to_lease_end(ctx: FanInContext, group_id: str) -> None:
     nothing, and it never puts back an entry already removed.
     """
     try:
-        await group_index.rescore(ctx, group_id, ms(ctx.config.lease))
+        await group_index.rescore(ctx, group_id, ms(ctx.config.finaliser_lease))
     except (RedisError, OSError):  # a hint: the sweep finds the group anyway
         logger.warning("Group %s: rescoring its index entry failed", group_id)
 

@@ -79,7 +79,7 @@ async def plan_group(
             token=plan.token,
             options=meta_options(plan.options, depth=plan.depth),
             members=first.entries,
-            planner_lease_ms=ms(ctx.config.lease),
+            planner_lease_ms=ms(ctx.config.finaliser_lease),
             claimant=claimant,
             sealed=first.last,
         )

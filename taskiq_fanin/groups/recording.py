@@ -92,7 +92,7 @@ async def record(
         index=ref.index,
         outcome=outcome,
         payload=payload,
-        lease_ms=ms(config.lease),
+        lease_ms=ms(config.finaliser_lease),
         claimant=CLAIMANT,
         delivery=delivery,
     )

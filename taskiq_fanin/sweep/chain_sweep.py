@@ -99,7 +99,7 @@ async def _due_at(
     or it would expire under the step.
     """
     if chain.state is not ChainState.RUNNING:
-        return (chain.updated_at or 0) + ms(ctx.config.lease)
+        return (chain.updated_at or 0) + ms(ctx.config.finaliser_lease)
     found = await due.step_due(ctx, chain, now)
     if found.group_expires_at and not dry_run:
         await ctx.chain_scripts.keep(

@@ -69,7 +69,7 @@ async def give_up(
         window = await ctx.scripts.give_up(
             keys,
             token=meta.token,
-            lease_ms=ms(ctx.config.lease),
+            lease_ms=ms(ctx.config.finaliser_lease),
             claimant=claimant,
             start=start,
             stop=start + GIVE_UP_WINDOW,

@@ -61,7 +61,7 @@ async def judge(
     if (due_at > now or leased) and not passing:
         # Not stuck after all (the index is only a hint): look again later.
         if not dry_run:
-            after = max(due_at - now, ms(ctx.config.lease))
+            after = max(due_at - now, ms(ctx.config.finaliser_lease))
             await group_index.reschedule(ctx, group_id, after)
         return None
     finding = _finding(group_id, state, inspected, now, due_at)
@@ -198,7 +198,7 @@ async def _act(
         if not await ctx.scripts.reclaim_finaliser(
             keys,
             token=token,
-            lease_ms=ms(ctx.config.lease),
+            lease_ms=ms(ctx.config.finaliser_lease),
             claimant=SWEEP_CLAIMANT,
         ):
             finding.note = "the finaliser's lease was taken meanwhile"

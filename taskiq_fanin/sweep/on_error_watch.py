@@ -83,7 +83,7 @@ async def judge_on_error(
     elif not finding.unknown_tasks:
         after = await _kick_again(ctx, chain_id, cursor, chain, finding)
         if after is None:  # on its way after all (Redis's clock, now)
-            await chain_index.reschedule(ctx, chain_id, ms(ctx.config.lease))
+            await chain_index.reschedule(ctx, chain_id, ms(ctx.config.finaliser_lease))
             return None
         look_again = after
     await chain_index.reschedule(ctx, chain_id, look_again)
@@ -138,6 +138,6 @@ def _lost_at(ctx: FanInContext, chain: ChainRecord, now: int) -> tuple[int, str]
             return chain.on_error_until, "did not complete within its run lease"
         if chain.on_error_retry_by:
             return chain.on_error_retry_by, "was released; its retry did not begin"
-        return now + ms(ctx.config.lease), "is released for its retry"
+        return now + ms(ctx.config.finaliser_lease), "is released for its retry"
     failed_at = chain.finished_at or chain.updated_at or now
     return failed_at + due.deadline_ms(ctx, chain), "was kicked; no copy began"

@@ -46,7 +46,9 @@ async def judge(
     if finding.action is SweepAction.REDISPATCH:
         after = await _dispatch_again(ctx, finding, meta, claimant)
         if after is None:
-            await group_index.reschedule(ctx, finding.group_id, ms(ctx.config.lease))
+            await group_index.reschedule(
+                ctx, finding.group_id, ms(ctx.config.finaliser_lease)
+            )
             return None
     else:
         finding.applied, after = True, 0  # reported: seen in turn with the others
@@ -93,4 +95,4 @@ async def _dispatch_again(
     (now_counted,) = counted or [None]
     finding.redrives = checked.redrives + 1 if now_counted is None else now_counted
     # The copy's span to begin (begun, its run lease renewed meanwhile).
-    return max(meta.deadline_ms, ms(ctx.config.lease))
+    return max(meta.deadline_ms, ms(ctx.config.finaliser_lease))

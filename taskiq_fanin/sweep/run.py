@@ -54,7 +54,7 @@ async def sweep(
         return await _examine(ctx, override=override, dry_run=True, batch=batch)
     lock_key = sweep_lock_key(ctx.config.prefix)
     holder = uuid.uuid4().hex
-    lock_ms = ms(max(ctx.config.lease, MIN_LOCK_SECONDS))
+    lock_ms = ms(max(ctx.config.finaliser_lease, MIN_LOCK_SECONDS))
     if not await _lock(ctx, lock_key, holder, lock_ms):
         logger.info("Another sweep holds %s; skipping", lock_key)
         return SweepReport(dry_run=dry_run, skipped=True)
@@ -119,7 +119,7 @@ async def _examine(
                 kind = "chain" if chains else "group"
                 logger.exception("Sweep of %s %s failed", kind, item_id)
                 if not dry_run:
-                    after = ms(ctx.config.lease)
+                    after = ms(ctx.config.finaliser_lease)
                     await index.reschedule(ctx, item_id, after)
                 continue
             if finding is not None:

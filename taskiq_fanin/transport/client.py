@@ -27,7 +27,9 @@ every new connection, with the same pool, retries, timeouts and health checks
 A client the caller passes in is used as it is: configure it the same way.
 """
 
+import asyncio
 import logging
+from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.retry import Retry
@@ -36,6 +38,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from taskiq_fanin.domain.exceptions import RedisUnreachableError
 from taskiq_fanin.transport.sentinel import is_sentinel_url, sentinel_client
 
 logger = logging.getLogger("taskiq_fanin")
@@ -106,3 +109,48 @@ async def set_up(client: RedisClient) -> None:
         logger.warning(
             "Redis Cluster not reachable at startup (%s): set up on first use", exc
         )
+
+
+def without_password(url: str) -> str:
+    """``url`` as a log or an error may show it: its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def where(client: RedisClient) -> str:
+    """Where a client's Redis is, for an error: its URL's parts, no password."""
+    if isinstance(client, RedisCluster):
+        nodes = sorted(client.nodes_manager.startup_nodes)
+        return "a Redis Cluster at " + ", ".join(nodes[:3])
+    kwargs = client.connection_pool.connection_kwargs
+    service = getattr(client.connection_pool, "service_name", None)
+    if service is not None:
+        return f"the primary {service!r} of its sentinels"
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+async def reachable(client: RedisClient, *, within: float, name: str = "") -> None:
+    """Return once Redis answers; ``RedisUnreachableError`` if not within ``within`` s.
+
+    One PING (with the client's own few retries), or a cluster's slots learned:
+    a refused connection says so at once, a host that never answers once
+    ``within`` has passed. ``name``: where Redis is, as the error says it (a
+    URL without its password); else read from the client.
+    """
+    try:
+        if isinstance(client, RedisCluster):
+            await asyncio.wait_for(client.initialize(), within)
+        else:
+            await asyncio.wait_for(client.ping(), within)
+    # asyncio.TimeoutError: not the built-in one on Python 3.10.
+    except (RedisError, RedisClusterException, OSError, asyncio.TimeoutError) as err:
+        reason = str(err) or f"no answer ({type(err).__name__})"
+        raise RedisUnreachableError(
+            where=name or where(client), seconds=within, reason=reason
+        ) from err

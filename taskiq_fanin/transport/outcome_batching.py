@@ -4,7 +4,7 @@ redis-py spends 60-230 us of CPU on each script call, so one ``recordOutcome``
 call for several members of a busy group costs far less than one each. A call
 of a busy group waits a little for more, but only for members running in this
 worker (the worker says which: :meth:`OutcomeBatcher.member_running`, and
-``worker/running.py`` keeps the registry) and only while more can come: it goes
+``groups/running.py`` keeps the registry) and only while more can come: it goes
 once every one of them has joined it and no other starts within a few loop
 turns, at once when no slot is free (the worker runs as many members as it ever
 did), at once when it holds as many members as its group's last call left

@@ -1,4 +1,4 @@
-"""How a body's run ended, as recording sees it: skipped, to be repeated, or ran.
+"""How a body's run ended, read from taskiq's hooks: skipped, to be repeated, or ran.
 
 ``NoResultError`` means two things in taskiq. A body raises it to say "ran, store
 no result" (``Context.requeue`` raises it too, after sending its message again),
@@ -10,11 +10,12 @@ compares it with ``result.error``. Whether the body was skipped comes from the
 skip flag, before the error is looked at.
 """
 
-import enum
 from contextvars import ContextVar
 from typing import Any
 
 from taskiq import NoResultError, TaskiqMessage, TaskiqResult
+
+from taskiq_fanin.engine.events import Ending, RunEnded
 
 #: The label ``Context.requeue`` counts its sends in (taskiq's name for it).
 REQUEUE_LABEL = "X-Taskiq-requeue"
@@ -25,17 +26,6 @@ _raised: ContextVar[BaseException | None] = ContextVar(
 )
 #: This message's requeue count when it started: a change means it requeued itself.
 _requeues: ContextVar[object] = ContextVar("taskiq_fanin_requeues", default=None)
-
-
-class Ending(enum.Enum):
-    """What a worker records for a run that ended."""
-
-    #: The library skipped the body (done already, cancelled): nothing.
-    SKIPPED = "skipped"
-    #: The run comes again (a retry middleware's, or requeued): wait for it.
-    REPEATED = "repeated"
-    #: The body ran: its result, or its error, counts.
-    RAN = "ran"
 
 
 def began(message: TaskiqMessage) -> None:
@@ -62,23 +52,23 @@ def ended(
     *,
     skipped: bool,
     raised: BaseException | None,
-) -> tuple[Ending, TaskiqResult[Any]]:
-    """How the run ended, and the result that counts for it.
+) -> RunEnded:
+    """The engine's event for this run: how it ended, and the result that counts.
 
     A body that raised ``NoResultError`` itself (and did not requeue) succeeded
     with ``None``, as taskiq stores no result for it.
     """
     if skipped:
-        return Ending.SKIPPED, result
+        return RunEnded(message, Ending.SKIPPED, result)
     error = result.error
     if not isinstance(error, NoResultError):
-        return Ending.RAN, result
+        return RunEnded(message, Ending.RAN, result)
     if error is not raised or message.labels.get(REQUEUE_LABEL) != _requeues.get():
-        return Ending.REPEATED, result
+        return RunEnded(message, Ending.REPEATED, result)
     succeeded = TaskiqResult[Any](
         is_err=False,
         return_value=None,
         execution_time=result.execution_time,
         labels=result.labels,
     )
-    return Ending.RAN, succeeded
+    return RunEnded(message, Ending.RAN, succeeded)

@@ -26,9 +26,9 @@ from taskiq_fanin.domain.labels import (
     attempt_of,
     takes_over,
 )
+from taskiq_fanin.engine.leases import Renew
 from taskiq_fanin.groups import continuation
 from taskiq_fanin.storage.replies import Begin
-from taskiq_fanin.worker.leases import Renew
 
 logger = logging.getLogger("taskiq_fanin")
 

@@ -1,14 +1,10 @@
-"""What a worker records when a message's body has run.
+"""What a run that ended leaves to record, each part once, however retried.
 
 A member's outcome, a chain's transition, a continuation's (or a chain's error
 continuation's) completion: each part once, even when the whole is retried
-after Redis was away. A member's outcome is made here, once, and handed to the
-group engine to record.
+after Redis was away. A member's outcome is made once, by the group engine,
+and handed back to it to record with the same delivery every try.
 """
-
-from typing import Any
-
-from taskiq import TaskiqMessage, TaskiqResult
 
 from taskiq_fanin.chains import error_continuation, progress, record
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
@@ -20,14 +16,13 @@ from taskiq_fanin.domain.labels import (
     MemberRef,
     OnErrorRef,
 )
-from taskiq_fanin.groups import continuation
-from taskiq_fanin.groups import recording as member_recording
-from taskiq_fanin.worker.ending import Ending
-from taskiq_fanin.worker.leases import Held
+from taskiq_fanin.engine.events import Ending, RunEnded
+from taskiq_fanin.engine.leases import Held
+from taskiq_fanin.groups import continuation, recording
 
 
-class Recording:
-    """What ``post_execute`` records for one message; each part once, if retried.
+class EndedRun:
+    """What one ended run records; each part once, if retried.
 
     The same delivery id goes with every try, so a transition whose reply was
     lost (Redis restarted, a timeout) is carried on, not taken for a duplicate.
@@ -36,26 +31,25 @@ class Recording:
     def __init__(
         self,
         ctx: FanInContext,
-        message: TaskiqMessage,
-        result: TaskiqResult[Any],
+        event: RunEnded,
         member: MemberRef | None,
         *,
-        ending: Ending,
         began_as: Held | None = None,
     ) -> None:
-        self.ctx, self.message, self.result = ctx, message, result
+        self.ctx, self.message, self.result = ctx, event.message, event.result
         self.member = member
-        self.ending = ending
+        self.ending = event.ending
         #: The member's outcome and payload, made once for every try.
         self.outcome = (
-            member_recording.outcome_of(ctx, member, result)
-            if member is not None and ending is Ending.RAN
+            recording.outcome_of(ctx, member, event.result)
+            if member is not None and event.ending is Ending.RAN
             else None
         )
         self.delivery = new_delivery()
         #: What the guard began the body as (its leases' holder, its attempt).
         self.began_as = began_as
-        self.done: set[str] = set()
+        #: Parts recorded by an earlier try: not recorded again.
+        self.member_recorded = self.chain_carried = False
 
     @staticmethod
     def applies(labels: dict[str, object]) -> bool:
@@ -65,7 +59,7 @@ class Recording:
             for label in (CONTINUATION_LABEL, CHAIN_LABEL, ON_ERROR_OF_LABEL)
         )
 
-    async def run(self) -> None:
+    async def record(self) -> None:
         """Record what is left to record (the whole, the first time)."""
         ctx, labels, delivery = self.ctx, self.message.labels, self.delivery
         ref = ContinuationRef.from_labels(labels)
@@ -77,17 +71,15 @@ class Recording:
             await self._release(ref, cursor, failed_chain)
             return
         member, made = self.member, self.outcome
-        if member is not None and made is not None and "member" not in self.done:
+        if member is not None and made is not None and not self.member_recorded:
             outcome, payload = made
-            await member_recording.record(
-                ctx, member, outcome, payload, delivery=delivery
-            )
-            self.done.add("member")
+            await recording.record(ctx, member, outcome, payload, delivery=delivery)
+            self.member_recorded = True
         # A chain is carried on before the group whose continuation this step
         # is completes: a crash in between leaves it to be redelivered.
-        if cursor is not None and "chain" not in self.done:
+        if cursor is not None and not self.chain_carried:
             await progress.step_finished(ctx, cursor, self.result, delivery=delivery)
-            self.done.add("chain")
+            self.chain_carried = True
         if ref is not None:
             await continuation.complete(ctx, ref)
         if failed_chain is not None:
