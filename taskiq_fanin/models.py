@@ -8,6 +8,7 @@ values they and ``group(...)`` refer to, and the types ``group(...)`` and
 
 from taskiq_fanin.api.chains import Chain
 from taskiq_fanin.api.groups import Group
+from taskiq_fanin.domain.config import Durability, FanInConfig
 from taskiq_fanin.domain.options import GroupOptions
 from taskiq_fanin.domain.results import (
     ChainState,
@@ -21,7 +22,9 @@ from taskiq_fanin.transport.outcome_batching import OutcomeBatching
 __all__ = [
     "Chain",
     "ChainState",
+    "Durability",
     "FailurePolicy",
+    "FanInConfig",
     "Group",
     "GroupOptions",
     "GroupState",

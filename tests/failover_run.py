@@ -164,7 +164,7 @@ class Run:
 
         async def swept() -> bool:
             try:
-                reports.append(await sweep(self.app.broker, policy="redrive"))
+                reports.append(await sweep(self.app.broker, sweep_policy="redrive"))
             except (*self.errors, TaskiqError, OSError):  # type: ignore[misc]
                 return False  # the primary is still switching
             return await self.finished()

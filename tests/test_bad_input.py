@@ -126,6 +126,24 @@ async def _finalised(handle: GroupHandle) -> bool:
 
 
 @pytest.mark.parametrize(
+    ("members", "says"),
+    [
+        (Signature.of(member, 1), r"members is one Signature, not a list of them"),
+        (chain(Signature.of(member, 1)), r"members is one chain, not a list of them"),
+        (None, r"members is None, not a list \(or an iterator\) of Signatures"),
+        ("abc", r"members is a str, not a list \(or an iterator\) of Signatures"),
+        (7, r"members is an int, not a list \(or an iterator\) of Signatures"),
+    ],
+    ids=["one signature", "one chain", "None", "a string", "a number"],
+)
+def test_members_that_are_no_collection_of_members_say_what_to_pass(
+    members: object, says: str
+) -> None:
+    with pytest.raises(InvalidGroupError, match=says):
+        group(members)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
     "options",
     [
         {"ttl": 0},

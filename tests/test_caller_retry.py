@@ -285,7 +285,7 @@ async def test_under_replicated_no_write_goes_without_a_wait() -> None:
         await settled(broker)
 
         async def swept() -> bool:
-            return bool((await sweep(broker, policy="redrive")).findings)
+            return bool((await sweep(broker, sweep_policy="redrive")).findings)
 
         await eventually(swept, what="the sweep to act")
         await settled(broker)

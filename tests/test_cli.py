@@ -13,9 +13,10 @@ from redis.asyncio import Redis
 from taskiq import AsyncBroker, TaskiqResult
 
 from local_redis import free_port
-from taskiq_fanin import FanInMiddleware, Signature, chain, group
+from taskiq_fanin import FanInMiddleware, Signature, chain, group, group_handle
 from taskiq_fanin.cli.parser import EXIT_MEANINGS, ExitCode
-from taskiq_fanin.domain.ids import step_id
+from taskiq_fanin.domain.ids import LONGEST_ID, step_id
+from taskiq_fanin.errors import InvalidGroupIdError
 from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.storage.keys import ChainKeys, GroupKeys, index_key, sweep_lock_key
 from tests.cli_runner import run_cli
@@ -465,6 +466,19 @@ async def test_no_redis_url_is_a_usage_error_in_one_line() -> None:
     assert run.stdout == ""
     assert "--redis-url" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+async def test_an_id_too_long_for_a_group_is_refused_as_a_group_refuses_it(app) -> None:
+    """One length for every id a caller gives, wherever: LONGEST_ID."""
+    too_long = "g" * (LONGEST_ID + 1)
+    with pytest.raises(InvalidGroupIdError) as planning:
+        group_handle(app.broker, too_long)
+
+    run = await run_cli("status", too_long, *app.options)
+
+    assert run.code == 2
+    assert f"1 to {LONGEST_ID} letters" in run.stderr
+    assert f"1 to {LONGEST_ID} letters" in str(planning.value)
 
 
 async def test_an_acting_sweep_without_a_broker_is_a_usage_error() -> None:

@@ -184,7 +184,7 @@ async def test_a_lost_member_is_redriven_by_the_sweep_on_a_cluster(
         with app.worker():
             await _lose_a_member(app, "lost")
             assert (await app.status("lost")).done == 3
-            report = await sweep(app.fanin, policy="redrive")
+            report = await sweep(app.fanin, sweep_policy="redrive")
             await _redriven_once(app, "lost")
         lock_left = await app.redis.exists(sweep_lock_key(key_prefix))
 

@@ -69,7 +69,7 @@ async def test_a_step_that_ends_after_its_chain_was_given_up_is_compensated(
         await workflow.kiq(broker)
         await eventually(lambda: "charge" in ran, what="the slow step to start")
         await eventually(lambda: chain_stuck(fanin, "order"), what="the deadline")
-        given_up = await sweep(fanin, policy="give_up")
+        given_up = await sweep(fanin, sweep_policy="give_up")
         await eventually(lambda: len(failures) == 1, what="on_error")
         await eventually(lambda: undone == ["reserve"], what="the first undo")
         release.set()

@@ -163,7 +163,7 @@ class OnErrorGuard(Guard):
     async def release(self, attempt: int, delivery: str) -> bool:
         return await self.chains.release_on_error(
             self.keys, token=TOKEN, attempt=attempt, delivery=delivery,
-            span_ms=LEASE_MS,
+            deadline_ms=LEASE_MS,
         )  # fmt: skip
 
     async def lease_runs_out(self) -> None:

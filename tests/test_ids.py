@@ -26,7 +26,6 @@ from taskiq_fanin import (
 from taskiq_fanin.api import group_task as group_task_module
 from taskiq_fanin.api.control import Kind, resolve
 from taskiq_fanin.domain.ids import (
-    LONGEST_DERIVED_ID,
     LONGEST_ID,
     chain_on_error_id,
     is_valid_id,
@@ -274,7 +273,12 @@ def test_derived_ids_use_the_separator_and_stay_valid() -> None:
     assert is_valid_id(member, derived=True)
     assert step_id("vid", 1) != "vid.1"
     assert redriven_member_id(member, 2) == "vid.1~3~r2"
-    assert len(step_id("x" * LONGEST_ID, 999)) <= LONGEST_DERIVED_ID
+    longest = "x" * LONGEST_ID
+    assert is_valid_id(step_id(longest, 999), derived=True)
+    assert is_valid_id(redriven_member_id(member_task_id(longest, 7), 2), derived=True)
+    # The one length: a lookup of a caller's id past it is refused, derived or not.
+    assert not is_valid_id("x" * (LONGEST_ID + 1), derived=True)
+    assert not is_valid_id(step_id("x" * (LONGEST_ID + 1), 1), derived=True)
 
 
 async def test_a_group_task_member_delivered_twice_plans_its_group_once(

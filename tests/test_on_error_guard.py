@@ -137,12 +137,14 @@ async def _on_error_is(redis: Redis, record: str, state: str) -> bool:
     return found is not None and found.decode() == state
 
 
-async def _sweep_until_lost(fanin: FanInMiddleware, *, policy: str | None) -> Finding:
+async def _sweep_until_lost(
+    fanin: FanInMiddleware, *, sweep_policy: str | None
+) -> Finding:
     """Sweep until a sweep finds a chain's ``on_error`` lost: that finding."""
     found: list[Finding] = []
 
     async def lost() -> bool:
-        report = await sweep(fanin, policy=policy)
+        report = await sweep(fanin, sweep_policy=sweep_policy)
         found.extend(f for f in report.findings if f.kind is FindingKind.ON_ERROR_LOST)
         return bool(found)
 
@@ -167,10 +169,10 @@ async def test_a_chains_on_error_lost_before_any_copy_began_is_kicked_again_once
     broker.drop = {"lost~on_error"}  # its one kick is lost on its way
     async with worker(broker, max_async_tasks=4) as receiver:
         await chains.failed("lost")
-        reported = await _sweep_until_lost(fanin, policy=None)
+        reported = await _sweep_until_lost(fanin, sweep_policy=None)
         await drained(broker, receiver)
         ran_on_report = len(ran)
-        again = await _sweep_until_lost(fanin, policy="redrive")
+        again = await _sweep_until_lost(fanin, sweep_policy="redrive")
         await eventually(lambda: len(ran) == 1, what="on_error to run")
         await drained(broker, receiver)
         index = chain_index_key(key_prefix)
@@ -284,11 +286,11 @@ async def test_a_late_copy_never_takes_the_lease_over_from_the_sweeps_copy(
                     token=token,
                     attempt=attempt,
                     delivery=f"a{attempt}",
-                    span_ms=60_000,
+                    deadline_ms=60_000,
                 )
         await redis.hset(keys.record, "on_error_until", 1)  # its worker died
         await redis.zadd(chain_index_key(key_prefix), {"late": 0})
-        finding = await _sweep_until_lost(fanin, policy="redrive")
+        finding = await _sweep_until_lost(fanin, sweep_policy="redrive")
         await eventually(lambda: bool(began), what="the sweep's copy to begin")
         answers = {attempt: await begin(f"late{attempt}", attempt) for attempt in late}
         go.set()
@@ -321,7 +323,7 @@ async def test_a_lost_on_error_is_kicked_again_at_most_max_redrives_times(
 
         async def reported_past_the_cap() -> bool:
             broker.drop.add("cap~on_error")  # this kick is lost too
-            report = await sweep(fanin, policy="redrive")
+            report = await sweep(fanin, sweep_policy="redrive")
             seen.extend(
                 (f.action, f.applied, f.redrives)
                 for f in report.findings
@@ -367,14 +369,14 @@ async def test_a_re_kick_whose_kick_failed_is_not_counted_and_goes_again(
 
         await eventually(lost, interval=0.05, what="on_error to be lost")
         broker.fail_after = broker.sent  # the sweep's kick meets a broker error
-        failed = await sweep(fanin, policy="redrive")
+        failed = await sweep(fanin, sweep_policy="redrive")
         broker.fail_after = None
         counted = await fanin.context.redis.hget(
             ChainKeys(key_prefix, "rk").record, "on_error_redrives"
         )
 
         async def ran() -> bool:
-            report = await sweep(fanin, policy="redrive")
+            report = await sweep(fanin, sweep_policy="redrive")
             seen.extend(
                 (f.action, f.redrives)
                 for f in report.findings
@@ -396,7 +398,7 @@ async def _last_note(fanin: FanInMiddleware, chain_id: str) -> str:
     await fanin.context.redis.zadd(
         chain_index_key(fanin.context.config.prefix), {chain_id: 0}
     )
-    report = await sweep(fanin, policy="redrive", dry_run=True)
+    report = await sweep(fanin, sweep_policy="redrive", dry_run=True)
     (finding,) = [f for f in report.findings if f.group_id == chain_id]
     return finding.note
 
@@ -418,10 +420,10 @@ async def test_a_released_on_error_whose_retry_is_lost_is_kicked_as_the_next_att
         keys, token = await chains.failed_by_hand(fanin, "rel")
         began = await _beginner(scripts, keys, token)("a0", 0)
         assert await scripts.release_on_error(
-            keys, token=token, attempt=0, delivery="a0", span_ms=60_000
+            keys, token=token, attempt=0, delivery="a0", deadline_ms=60_000
         )
-        reported = await _sweep_until_lost(fanin, policy=None)
-        again = await _sweep_until_lost(fanin, policy="redrive")
+        reported = await _sweep_until_lost(fanin, sweep_policy=None)
+        again = await _sweep_until_lost(fanin, sweep_policy="redrive")
         await eventually(lambda: len(chains.ended) == 1, what="on_error to run")
         await drained(broker, receiver)
 
@@ -519,7 +521,7 @@ async def test_the_sweeps_copy_takes_no_lease_over_from_a_copy_begun_after_its_k
         await redis.hset(keys.record, "on_error_until", 1)  # its worker died
         await redis.zadd(chain_index_key(key_prefix), {"race": 0})
         broker.drop.add("race~on_error")  # the sweep's kick: held back here
-        finding = await _sweep_until_lost(fanin, policy="redrive")
+        finding = await _sweep_until_lost(fanin, sweep_policy="redrive")
         reclaimed = await begin("a0-reclaimed")  # the broker brought a0 back
         kicked = sent.of_task(chains.on_error.task_name)[-1]  # the sweep's
         await sent.resend(kicked)  # now the sweep's copy reaches a worker
@@ -669,12 +671,12 @@ async def test_a_failed_attempt_of_on_error_lets_its_retry_run(
     assert await begin("a0-copy", 0) is Begin.RUNNING_ELSEWHERE
     # Attempt 0's worker releases late: the retry's lease stays.
     assert not await scripts.release_on_error(
-        keys, token="tok", attempt=0, delivery="a0", span_ms=60_000
+        keys, token="tok", attempt=0, delivery="a0", deadline_ms=60_000
     )
     assert (await _state(client, keys)).on_error_until > 0
     # Attempt 1 fails too and releases: a copy of it may run, the state stays.
     assert await scripts.release_on_error(
-        keys, token="tok", attempt=1, delivery="a1", span_ms=60_000
+        keys, token="tok", attempt=1, delivery="a1", deadline_ms=60_000
     )
     found = await _state(client, keys)
     assert (found.on_error_state, found.on_error_until) == ("running", 0)
@@ -691,7 +693,7 @@ async def test_a_lost_on_errors_check_writes_nothing_and_its_count_counts_once(
     async def check() -> tuple[Lost, int, int]:
         return tuple(
             await scripts.check_on_error(
-                keys, token="tok", max_redrives=1, span_ms=60_000
+                keys, token="tok", max_redrives=1, deadline_ms=60_000
             )
         )
 

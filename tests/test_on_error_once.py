@@ -335,7 +335,7 @@ async def _redriven_until_it_ran(rig: Rig, name: str) -> list[SweepReport]:
     reports: list[SweepReport] = []
 
     async def swept_until_it_ran() -> bool:
-        reports.append(await sweep(rig.app.broker, policy="redrive"))
+        reports.append(await sweep(rig.app.broker, sweep_policy="redrive"))
         return await rig.count(name) >= 1
 
     await eventually(

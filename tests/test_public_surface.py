@@ -6,6 +6,7 @@ importable from ``taskiq_fanin.errors``.
 import importlib
 import inspect
 import pkgutil
+import re
 from types import ModuleType
 
 import pytest
@@ -86,3 +87,26 @@ def test_the_top_level_exports_the_error_base_and_the_handles_cancel() -> None:
     for handle in (taskiq_fanin.GroupHandle, taskiq_fanin.ChainHandle):
         assert inspect.iscoroutinefunction(handle.status)
         assert inspect.iscoroutinefunction(handle.cancel)
+
+
+def test_the_middleware_takes_every_option_of_fanin_config_under_its_name() -> None:
+    """The options are declared once (``FanInConfig``); the keyword arguments'
+    types (``FanInOptions``) name the same ones, each with its default, and
+    docs/options.md lists each (with the two only the middleware takes)."""
+    from datetime import timedelta
+    from pathlib import Path
+
+    from taskiq_fanin import FanInMiddleware
+    from taskiq_fanin.domain.config import FanInConfig, FanInOptions
+
+    declared = set(FanInConfig.model_fields)
+    assert set(FanInOptions.__annotations__) == declared
+    for name, field in FanInConfig.model_fields.items():
+        given = field.default
+        if isinstance(given, float | int) and name in {"ttl", "socket_timeout"}:
+            given = timedelta(seconds=given)  # a duration may be a timedelta
+        made = FanInMiddleware("redis://127.0.0.1:1", **{name: given})
+        assert made.config == FanInConfig(), name
+    table = (Path(__file__).parent.parent / "docs" / "options.md").read_text()
+    listed = set(re.findall(r"^\| `(\w+)` \|", table, flags=re.MULTILINE))
+    assert listed == declared | {"redis", "cluster", "outcome_batching"}

@@ -181,7 +181,7 @@ async def test_on_a_quiet_stream_the_sweep_redrives_a_killed_member_past_its_dea
             state_before_sweep = (await status(rig, group_id)).state.value
 
             swept_at = time.monotonic()
-            report = await sweep(rig.app.broker, policy="redrive")
+            report = await sweep(rig.app.broker, sweep_policy="redrive")
             after_sweep = await started_again(rig, task_id, swept_at)
             after_kill = time.monotonic() - killed_at
             await eventually(
@@ -244,7 +244,7 @@ async def test_on_a_list_broker_a_killed_member_never_comes_back_but_is_redriven
             state_before_sweep = (await status(rig, group_id)).state.value
 
             swept_at = time.monotonic()
-            report = await sweep(app.broker, policy="redrive")
+            report = await sweep(app.broker, sweep_policy="redrive")
             after_sweep = await started_again(rig, task_id, swept_at)
             after_kill = time.monotonic() - killed_at
             await eventually(

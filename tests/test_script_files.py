@@ -263,9 +263,9 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
         chain, token=token, attempt=0, delivery="d", lease_ms=1_000
     )
     await chains.release_on_error(
-        chain, token=token, attempt=0, delivery="d", span_ms=1_000
+        chain, token=token, attempt=0, delivery="d", deadline_ms=1_000
     )
-    await chains.check_on_error(chain, token=token, max_redrives=1, span_ms=1_000)
+    await chains.check_on_error(chain, token=token, max_redrives=1, deadline_ms=1_000)
     await chains.count_rekick(chain, token=token)
     await chains.complete_on_error(chain, token=token)
     await chains.mark_settled(chain, token=token)

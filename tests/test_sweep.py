@@ -77,7 +77,7 @@ async def test_a_member_never_dispatched_is_reported_then_redriven_once(
             await group_status(fanin, "lost")
         ).redrives == 0  # a dry run writes nothing
 
-        redriven = await sweep(fanin, policy="redrive")
+        redriven = await sweep(fanin, sweep_policy="redrive")
         assert [(f.action, f.applied, f.missing) for f in redriven.findings] == [
             (SweepAction.REDRIVE, True, [2])
         ]
@@ -345,11 +345,11 @@ async def test_redrives_stop_at_the_maximum(redis_url: str, key_prefix: str) -> 
         broker.drop = {"g~0"}
         await group([Signature.of(member, 0)], group_id="g", deadline=SHORT).kiq(broker)
         await eventually(lambda: overdue(fanin, "g"), what="the deadline")
-        first = await sweep(fanin, policy="redrive")
+        first = await sweep(fanin, sweep_policy="redrive")
         # The sweep looks again when its index says: a moment after the new
         # deadline (rescheduled after the re-drive, on Redis's clock).
         await eventually(lambda: sweep_sees(fanin, "g"), what="the new deadline")
-        second = await sweep(fanin, policy="redrive")
+        second = await sweep(fanin, sweep_policy="redrive")
     finally:
         await broker.shutdown()
 
@@ -430,7 +430,7 @@ async def test_a_member_lost_with_a_killed_worker_is_redriven_on_a_list_broker(
         await eventually(lambda: overdue(fanin, "killed"), what="the deadline")
 
         with worker_process("tests.sweep_app:broker", env):
-            report = await sweep(fanin, policy="redrive")
+            report = await sweep(fanin, sweep_policy="redrive")
             await eventually(
                 lambda: _llen_is(redis, app.PUBLISHED, 1), what="the continuation"
             )
@@ -485,7 +485,7 @@ async def test_a_lost_continuation_is_reported_then_dispatched_again_once(
         await eventually(lambda: _continuation_overdue(fanin), what="its deadline")
         reported = await sweep(fanin)  # the group's policy: report
         assert ran == []
-        redispatched = await sweep(fanin, policy="redrive")
+        redispatched = await sweep(fanin, sweep_policy="redrive")
         await eventually(lambda: len(ran) == 1, what="the continuation")
         await eventually(lambda: sent.executions_of(then.task_name) == 1, what="end")
         await drained(broker, receiver)
@@ -555,7 +555,7 @@ async def test_a_continuation_lost_every_time_is_dispatched_again_at_most_max_re
 
         async def reported_past_the_cap() -> bool:
             broker.drop.add("capc~then")  # this copy is lost too
-            report = await sweep(fanin, policy="redrive")
+            report = await sweep(fanin, sweep_policy="redrive")
             seen.extend(
                 (f.action, f.applied, f.redrives)
                 for f in report.findings
@@ -566,7 +566,7 @@ async def test_a_continuation_lost_every_time_is_dispatched_again_at_most_max_re
         await eventually(
             reported_past_the_cap, timeout=10, interval=0.1, what="the cap"
         )
-        (later,) = (await sweep(fanin, policy="redrive")).findings
+        (later,) = (await sweep(fanin, sweep_policy="redrive")).findings
         await drained(broker, receiver)
 
     assert seen == [
@@ -597,7 +597,7 @@ async def test_a_redispatch_whose_kick_failed_is_not_counted_and_goes_again(
         await app.dispatched()
         await eventually(lambda: _continuation_overdue(fanin), what="its deadline")
         broker.fail_after = broker.sent  # the sweep's kick meets a broker error
-        failed = await sweep(fanin, policy="redrive")
+        failed = await sweep(fanin, sweep_policy="redrive")
         broker.fail_after = None
         counted = await fanin.context.redis.hget(
             GroupKeys(key_prefix, "kf").meta, "continuation_redrives"
@@ -605,7 +605,7 @@ async def test_a_redispatch_whose_kick_failed_is_not_counted_and_goes_again(
         seen: list[tuple[SweepAction, int]] = []
 
         async def ran_once_swept() -> bool:
-            report = await sweep(fanin, policy="redrive")
+            report = await sweep(fanin, sweep_policy="redrive")
             seen.extend(
                 (f.action, f.redrives)
                 for f in report.findings
@@ -642,7 +642,7 @@ async def test_a_redispatch_whose_dispatch_record_failed_is_counted_all_the_same
 
         async def reported_past_the_cap() -> bool:
             broker.drop.add("md~then")  # this copy is lost too
-            report = await sweep(fanin, policy="redrive")
+            report = await sweep(fanin, sweep_policy="redrive")
             seen.extend(
                 f.action
                 for f in report.findings
@@ -700,7 +700,7 @@ async def test_a_chain_whose_next_step_was_lost_is_reported_then_redriven(
             lambda: _chain_reported(fanin, "video"), what="the sweep to report it"
         )
         reported = await sweep(fanin)
-        redriven = await sweep(fanin, policy="redrive")
+        redriven = await sweep(fanin, sweep_policy="redrive")
         await eventually(
             lambda: _chain_state_is(handle, "done"), what="the chain to end"
         )
@@ -759,7 +759,7 @@ async def test_a_chain_step_whose_copy_was_lost_is_redriven_as_the_next_attempt(
         await eventually(
             lambda: _chain_reported(fanin, "died"), what="the sweep to report it"
         )
-        redriven = await sweep(fanin, policy="redrive")
+        redriven = await sweep(fanin, sweep_policy="redrive")
         await eventually(
             lambda: _chain_state_is(handle, "done"), what="the chain to end"
         )

@@ -115,7 +115,7 @@ async def test_a_chain_at_a_step_no_worker_knows_is_not_redriven_and_given_up_on
             await drained(deploy.workers, receiver)
             kicked = await redis_client.xlen(deploy.stream)
 
-            redriven = await sweep(deploy.fanin, policy="redrive")
+            redriven = await sweep(deploy.fanin, sweep_policy="redrive")
             assert await redis_client.xlen(deploy.stream) == kicked  # nothing kicked
             (finding,) = redriven.findings
             assert finding.kind is FindingKind.CHAIN_STUCK
@@ -130,7 +130,7 @@ async def test_a_chain_at_a_step_no_worker_knows_is_not_redriven_and_given_up_on
             await eventually(
                 lambda: chain_stuck(deploy.fanin, "release"), what="still stuck"
             )
-            given_up = await sweep(deploy.fanin, policy="give_up")
+            given_up = await sweep(deploy.fanin, sweep_policy="give_up")
             await eventually(lambda: len(deploy.undone) == 1, what="the undo")
             await eventually(lambda: len(deploy.failures) == 1, what="on_error")
             await drained(deploy.workers, receiver)
@@ -181,8 +181,8 @@ async def test_group_members_no_worker_knows_are_left_and_the_known_missing_redr
             kicked = await redis_client.xlen(deploy.stream)
 
             reported = await sweep(deploy.fanin, dry_run=True)  # policy: report
-            dry = await sweep(deploy.fanin, policy="redrive", dry_run=True)
-            first = await sweep(deploy.fanin, policy="redrive")
+            dry = await sweep(deploy.fanin, sweep_policy="redrive", dry_run=True)
+            first = await sweep(deploy.fanin, sweep_policy="redrive")
             await eventually(lambda: len(deploy.built) == 2, what="member 1")
             await drained(deploy.workers, receiver)
             rekicked = [
@@ -194,7 +194,7 @@ async def test_group_members_no_worker_knows_are_left_and_the_known_missing_redr
             await eventually(
                 lambda: sweep_sees(deploy.fanin, "fleet"), what="the new deadline"
             )
-            second = await sweep(deploy.fanin, policy="redrive")
+            second = await sweep(deploy.fanin, sweep_policy="redrive")
             status = await group_status(deploy.fanin, "fleet")
     finally:
         await deploy.planner.shutdown()
@@ -255,7 +255,7 @@ async def test_a_slow_step_that_ends_after_the_give_up_moves_the_chain_no_more(
         ).kiq(broker)
         await eventually(lambda: ran == ["slow"], what="the slow step to start")
         await eventually(lambda: chain_stuck(fanin, "slow"), what="the deadline")
-        given_up = await sweep(fanin, policy="give_up")
+        given_up = await sweep(fanin, sweep_policy="give_up")
         await eventually(lambda: len(failures) == 1, what="on_error")
         release.set()
         await eventually(lambda: "slow ended" in ran, what="the slow step to end")
@@ -299,7 +299,7 @@ async def test_a_chain_member_given_up_on_is_recorded_failed_in_its_group(
                 lambda: chain_stuck(deploy.fanin, member_task_id("edges", 0)),
                 what="the deadline",
             )
-            report = await sweep(deploy.fanin, policy="give_up")
+            report = await sweep(deploy.fanin, sweep_policy="give_up")
             await eventually(lambda: len(deploy.reports) == 1, what="the group's end")
             await drained(deploy.workers, receiver)
     finally:

@@ -109,7 +109,7 @@ async def test_on_a_list_broker_the_sweep_refills_the_window(tmp_path, monkeypat
             pid, sending = await killed_by_kill_switch(rig)
             await eventually(lambda: overdue(rig, "stalled"), what="the deadline")
             stalled = await group_status(rig.fanin, "stalled")
-            report = await sweep(rig.app.broker, policy="redrive")
+            report = await sweep(rig.app.broker, sweep_policy="redrive")
             await eventually(
                 lambda: completed(rig, "stalled"),
                 timeout=RECOVERY,

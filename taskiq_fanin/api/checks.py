@@ -23,6 +23,8 @@ def wrong_kind(
             reason=f"{what} is the task {value.task_name!r} itself, not {expected}: "
             f"give it its arguments with Signature.of({name}, ...)"
         )
+    if value is None:
+        return error(reason=f"{what} is None, not {expected}")
     kind = type(value).__name__
     article = "an" if kind[:1].lower() in "aeiou" else "a"
     return error(reason=f"{what} is {article} {kind}, not {expected}")

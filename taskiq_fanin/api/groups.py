@@ -1,7 +1,7 @@
 """``group(...)``: a group described, then planned and dispatched on a broker."""
 
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +50,6 @@ class GroupHandle:
         No continuation runs; members already enqueued still run, unless the
         group was planned with ``cancellable=True``.
         """
-        validate_group_id(self.group_id, derived=True)  # group_handle takes any str
         return await cancel_group_riding(self._ctx, self.group_id)
 
 
@@ -58,9 +57,11 @@ def group_handle(target: Target, kicked: AsyncTaskiqTask[Any] | str) -> GroupHan
     """The group a ``@group_task`` kick plans: its id is the kick's task id.
 
     ``handle = group_handle(broker, await make_album.kiq(7))``. Its ``status()``
-    says ``missing`` until the fan-out task has run and planned the group.
+    says ``missing`` until the fan-out task has run and planned the group. An
+    id that cannot name a group raises ``InvalidGroupIdError`` here.
     """
     group_id = kicked if isinstance(kicked, str) else kicked.task_id
+    validate_group_id(group_id, derived=True)
     return GroupHandle(group_id, None, context_of(target))
 
 
@@ -185,6 +186,7 @@ def group(
     an async iterator (a generator): it is read once, when the group is kicked,
     a chunk at a time, and the planner holds one chunk of it, not all of it.
     """
+    _check_members(members)
     parsed = GroupOptions.parse(options)
     if isinstance(members, Iterator | AsyncIterable):
         made = Group.model_construct(members=(), options=parsed, group_id=group_id)
@@ -194,6 +196,21 @@ def group(
     for index, member in enumerate(listed):
         _check_kind(index, member)
     return Group.model_construct(members=listed, options=parsed, group_id=group_id)
+
+
+def _check_members(members: object) -> None:
+    """``members`` is a collection or an iterator of members, not one, nor none."""
+    if isinstance(members, Signature | ChainSpec):
+        kind = "Signature" if isinstance(members, Signature) else "chain"
+        raise InvalidGroupError(
+            reason=f"members is one {kind}, not a list of them: write group([...]) "
+            "with the members in a list (or pass an iterator of them)"
+        )
+    iterable = isinstance(members, Iterable | AsyncIterable)
+    if not iterable or isinstance(members, str | bytes | Mapping):
+        raise wrong_kind(
+            "members", members, "a list (or an iterator) of Signatures or chains"
+        )
 
 
 def _check_kind(index: int, member: object) -> None:

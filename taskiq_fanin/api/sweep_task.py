@@ -17,19 +17,19 @@ SWEEP_TASK_NAME = "taskiq_fanin.sweep"
 async def sweep(
     target: Target,
     *,
-    policy: SweepPolicy | str | None = None,
+    sweep_policy: SweepPolicy | str | None = None,
     dry_run: bool = False,
     batch: int = run.DEFAULT_BATCH,
 ) -> SweepReport:
     """Examine up to ``batch`` due groups (and chains) and act on them.
 
-    ``policy`` overrides each group's own sweep policy for stuck groups, and the
+    ``sweep_policy`` overrides each group's own sweep policy for stuck groups, and the
     middleware's for stuck chains (``give_up`` fails them); a crashed
     finaliser is always recovered (its continuation dispatched again with the same
     task id) unless ``dry_run``, which writes nothing at all (not even the lock).
     """
     return await run.sweep(
-        context_of(target), policy=policy, dry_run=dry_run, batch=batch
+        context_of(target), sweep_policy=sweep_policy, dry_run=dry_run, batch=batch
     )
 
 
@@ -44,16 +44,18 @@ def register_sweep_task(
     Schedule it with taskiq's own scheduler, e.g.
     ``register_sweep_task(broker, schedule=[{"interval": 60}])`` with a
     ``TaskiqScheduler(broker, [LabelScheduleSource(broker)])``. The task takes the
-    arguments of :func:`sweep` (``policy``, ``dry_run``, ``batch``)
+    arguments of :func:`sweep` (``sweep_policy``, ``dry_run``, ``batch``)
     and returns the ``SweepReport`` as a dict.
     """
 
     async def fanin_sweep(
-        policy: str | None = None,
+        sweep_policy: str | None = None,
         dry_run: bool = False,
         batch: int = run.DEFAULT_BATCH,
     ) -> dict[str, Any]:
-        report = await sweep(broker, policy=policy, dry_run=dry_run, batch=batch)
+        report = await sweep(
+            broker, sweep_policy=sweep_policy, dry_run=dry_run, batch=batch
+        )
         return report.model_dump(mode="json")
 
     if schedule is not None:

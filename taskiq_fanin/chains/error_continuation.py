@@ -139,7 +139,7 @@ async def release(
         token=ref.token,
         attempt=attempt,
         delivery=delivery,
-        span_ms=ms(ctx.config.deadline),
+        deadline_ms=ms(ctx.config.deadline),
     )
 
 

@@ -128,8 +128,10 @@ async def _list(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
 
 async def _sweep(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
     dry_run = args.mode == "dry_run"
-    policy = SweepPolicy(args.mode) if args.mode in OVERRIDES else None
-    report = await sweep(fanin, policy=policy, dry_run=dry_run, batch=args.batch)
+    sweep_policy = SweepPolicy(args.mode) if args.mode in OVERRIDES else None
+    report = await sweep(
+        fanin, sweep_policy=sweep_policy, dry_run=dry_run, batch=args.batch
+    )
     if args.json:
         print_json(report.model_dump(mode="json"))
     else:

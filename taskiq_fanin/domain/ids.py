@@ -25,11 +25,10 @@ SEPARATOR = "~"
 ID_CHARACTERS = re.compile(r"[A-Za-z0-9_.:\-]+")
 #: What a derived id is made of: a caller's characters and the separator.
 DERIVED_ID_CHARACTERS = re.compile(r"[A-Za-z0-9_.:\-~]+")
-#: The longest id a caller may give a group or a chain.
+#: The longest id a caller may give a group or a chain, wherever it is given
+#: (planning, handles, status, the CLI). An id the library derives from one
+#: (``<chain>~<step>``, ``<group>~<member>~r2``, ...) is that id, then its parts.
 LONGEST_ID = 128
-#: Ids the library derives (``<chain>~<step>``, ``<group>~<member>~r2``, ...)
-#: may be longer; lookups accept up to this.
-LONGEST_DERIVED_ID = 256
 
 
 def is_valid_id(value: str, *, derived: bool = False) -> bool:
@@ -37,8 +36,9 @@ def is_valid_id(value: str, *, derived: bool = False) -> bool:
 
     ``derived``: the id may be one the library derives (longer, with ``~``).
     """
-    if derived:
-        return 0 < len(value) <= LONGEST_DERIVED_ID and _derived_characters(value)
+    if derived and SEPARATOR in value:
+        root, _, parts = value.partition(SEPARATOR)
+        return is_valid_id(root) and _derived_characters(parts)
     return 0 < len(value) <= LONGEST_ID and _id_characters(value)
 
 
@@ -66,8 +66,7 @@ def _reason(value: object, *, derived: bool) -> str | None:
         return None
     if not derived and SEPARATOR in value and is_valid_id(value, derived=True):
         return f"'{SEPARATOR}' is reserved for ids the library derives: use another"
-    longest = LONGEST_DERIVED_ID if derived else LONGEST_ID
-    return f"use 1 to {longest} letters, digits or '-_.:' (no braces or spaces)"
+    return f"use 1 to {LONGEST_ID} letters, digits or '-_.:' (no braces or spaces)"
 
 
 def validate_group_id(group_id: str, *, derived: bool = False) -> str:

@@ -58,7 +58,7 @@ def choose_continuation(
 ) -> tuple[str, Signature | None]:
     """By the failure policy: ('then' | 'on_error' | 'none', signature to kick)."""
     failing = result.failed_count or result.lost_count
-    if failing and collected.policy == FailurePolicy.FAIL.value:
+    if failing and collected.failure_policy == FailurePolicy.FAIL.value:
         kind, encoded = "on_error", collected.on_error
     else:
         kind, encoded = "then", collected.then

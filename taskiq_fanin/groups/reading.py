@@ -71,7 +71,7 @@ def status_from_meta(
         finished=from_millis(meta.finished_at),
         planned=meta.planned,
         redrives=meta.redrives,
-        max_in_flight=meta.max_in_flight or None,
+        max_in_flight=meta.max_in_flight,
         in_flight=meta.in_flight,
         waiting=meta.waiting,
         read_at=read_at,

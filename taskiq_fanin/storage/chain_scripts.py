@@ -210,22 +210,28 @@ class ChainScripts:
         return Begin(await self._call_record("beginOnError", keys, args))
 
     async def release_on_error(
-        self, keys: ChainKeys, *, token: str, attempt: int, delivery: str, span_ms: int
+        self,
+        keys: ChainKeys,
+        *,
+        token: str,
+        attempt: int,
+        delivery: str,
+        deadline_ms: int,
     ) -> bool:
         """Give up an error continuation attempt's run lease: its retry may run.
 
         Only ``delivery``'s (the one that began it). Its retry is due to begin
-        within the record's step span (else ``span_ms``).
+        within the record's step span (else ``deadline_ms``).
         """
-        args: Args = [token, attempt, span_ms, delivery]
+        args: Args = [token, attempt, deadline_ms, delivery]
         reply = await self._call_record("releaseOnError", keys, args)
         return Applied(reply) is Applied.APPLIED
 
     async def check_on_error(
-        self, keys: ChainKeys, *, token: str, max_redrives: int, span_ms: int
+        self, keys: ChainKeys, *, token: str, max_redrives: int, deadline_ms: int
     ) -> Recheck:
         """Is an error continuation lost, on Redis's clock? It writes nothing."""
-        args: Args = [token, max_redrives, span_ms]
+        args: Args = [token, max_redrives, deadline_ms]
         return recheck(await self._call_record("checkOnError", keys, args))
 
     async def count_rekick(self, keys: ChainKeys, *, token: str) -> int | None:

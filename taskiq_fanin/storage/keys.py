@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from taskiq_fanin.domain.ids import (
-    LONGEST_DERIVED_ID,
     LONGEST_ID,
     is_valid_id,
     validate_chain_id,
@@ -20,7 +19,6 @@ from taskiq_fanin.domain.ids import (
 )
 
 __all__ = [
-    "LONGEST_DERIVED_ID",
     "LONGEST_ID",
     "ChainKeys",
     "GroupKeys",

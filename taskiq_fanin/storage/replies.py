@@ -226,9 +226,9 @@ class CollectedOutcomes:
     total: int
     then: str
     on_error: str
-    policy: str
+    failure_policy: str
     state: str
-    span_ms: int
+    deadline_ms: int
     by_reference: bool
     done_count: int
     failed_count: int
@@ -243,15 +243,15 @@ class CollectedOutcomes:
 def collected(reply: list[Any]) -> CollectedOutcomes:
     """``collectOutcomes``'s reply (also what ``recordOutcome`` hands a claimant)."""
     head, by_reference, done_count, failed_count, lost_count, lost = reply[:6]
-    total, then, on_error, policy, state, span = head
+    total, then, on_error, failure_policy, state, deadline = head
     done, failed, results, errors = reply[6:]
     return CollectedOutcomes(
         total=int(total),
         then=text(then),
         on_error=text(on_error),
-        policy=text(policy),
+        failure_policy=text(failure_policy),
         state=text(state),
-        span_ms=int(span),
+        deadline_ms=int(deadline),
         by_reference=bool(by_reference),
         done_count=int(done_count),
         failed_count=int(failed_count),

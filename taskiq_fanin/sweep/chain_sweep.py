@@ -30,14 +30,14 @@ from taskiq_fanin.sweep.report import Finding, FindingKind, SweepAction
 
 
 async def judge_chain(
-    ctx: FanInContext, chain_id: str, *, policy: SweepPolicy, dry_run: bool
+    ctx: FanInContext, chain_id: str, *, sweep_policy: SweepPolicy, dry_run: bool
 ) -> Finding | None:
     """Judge one indexed chain and, unless ``dry_run``, act; ``None``: nothing due.
 
     A chain left ``failing`` is finished (its error continuation and
     compensations kicked); a failed one's error continuation watched until it
     ran to its end. A running chain stuck at a step is reported; by
-    ``policy`` its step is kicked again as it was recorded (``redrive``, at most
+    ``sweep_policy`` its step is kicked again as it was recorded (``redrive``, at most
     ``max_redrives`` times, never a task the broker does not know), or the
     chain is failed with a ``ChainGivenUpError`` (``give_up``).
     """
@@ -50,7 +50,9 @@ async def judge_chain(
     chain, now = found
     state = chain.state
     if state not in (ChainState.RUNNING, ChainState.FAILING):
-        return await _over(ctx, chain_id, chain, now, policy=policy, dry_run=dry_run)
+        return await _over(
+            ctx, chain_id, chain, now, sweep_policy=sweep_policy, dry_run=dry_run
+        )
     updated_at = chain.updated_at or 0
     due_at = await _due_at(ctx, keys, chain, now, dry_run=dry_run)
     if due_at > now:
@@ -63,7 +65,7 @@ async def judge_chain(
     finding = Finding(
         group_id=chain_id,
         kind=FindingKind.CHAIN_STUCK,
-        action=_ACTIONS.get(policy, SweepAction.REPORT),
+        action=_ACTIONS.get(sweep_policy, SweepAction.REPORT),
         applied=False,
         state=state.value,
         total=chain.steps,
@@ -124,7 +126,7 @@ async def _over(
     chain: ChainRecord,
     now: int,
     *,
-    policy: SweepPolicy,
+    sweep_policy: SweepPolicy,
     dry_run: bool,
 ) -> Finding | None:
     """A chain that ended: settled, then left, unless its ``on_error`` is to run.
@@ -140,7 +142,13 @@ async def _over(
             await ctx.chain_scripts.mark_settled(keys, token=chain.token)
     if cursor is not None:
         return await judge_on_error(
-            ctx, chain_id, cursor, chain, now, policy=policy, dry_run=dry_run
+            ctx,
+            chain_id,
+            cursor,
+            chain,
+            now,
+            sweep_policy=sweep_policy,
+            dry_run=dry_run,
         )
     if not dry_run:  # nothing left to watch
         await chain_index.remove(ctx, chain_id)

@@ -40,7 +40,7 @@ async def judge_on_error(
     chain: ChainRecord,
     now: int,
     *,
-    policy: SweepPolicy,
+    sweep_policy: SweepPolicy,
     dry_run: bool,
 ) -> Finding | None:
     """Judge a failed chain's ``on_error`` and, unless ``dry_run``, act.
@@ -53,7 +53,7 @@ async def judge_on_error(
         if not dry_run:
             await chain_index.reschedule(ctx, chain_id, max(lost_at - now, 0))
         return None
-    redrive = policy is SweepPolicy.REDRIVE
+    redrive = sweep_policy is SweepPolicy.REDRIVE
     finding = Finding(
         group_id=chain_id,
         kind=FindingKind.ON_ERROR_LOST,
@@ -108,7 +108,7 @@ async def _kick_again(
         keys,
         token=chain.token,
         max_redrives=ctx.config.max_redrives,
-        span_ms=ms(ctx.config.deadline),
+        deadline_ms=ms(ctx.config.deadline),
     )
     finding.redrives = checked.redrives
     if checked.lost is Lost.ON_ITS_WAY:

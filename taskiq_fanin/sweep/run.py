@@ -37,19 +37,19 @@ MIN_LOCK_SECONDS = 60.0
 async def sweep(
     ctx: FanInContext,
     *,
-    policy: SweepPolicy | str | None = None,
+    sweep_policy: SweepPolicy | str | None = None,
     dry_run: bool = False,
     batch: int = DEFAULT_BATCH,
 ) -> SweepReport:
     """Examine up to ``batch`` due groups (and chains) and act on them.
 
-    ``policy`` overrides each group's own sweep policy for stuck groups, and the
+    ``sweep_policy`` overrides each group's own sweep policy for stuck groups, and the
     middleware's for stuck chains (``give_up`` fails them); a crashed
     finaliser is always recovered (its continuation dispatched again with the same
     task id) unless ``dry_run``, which writes nothing at all (not even the lock:
     it can run beside an acting sweep, and on a read-only replica).
     """
-    override = SweepPolicy(policy) if policy is not None else None
+    override = SweepPolicy(sweep_policy) if sweep_policy is not None else None
     if dry_run:
         return await _examine(ctx, override=override, dry_run=True, batch=batch)
     lock_key = sweep_lock_key(ctx.config.prefix)
@@ -107,7 +107,7 @@ async def _examine(
             try:
                 if chains:
                     finding = await judge_chain(
-                        ctx, item_id, policy=chain_policy, dry_run=dry_run
+                        ctx, item_id, sweep_policy=chain_policy, dry_run=dry_run
                     )
                 else:
                     finding = await judge(

@@ -106,10 +106,11 @@ class GroupMeta:
     deadline_ms: int = 0
     cancellable: bool = False
     #: More members than this: the continuation reads its results by reference
-    #: (0: a group written before the option was kept, inline).
-    results_inline_max: int = 0
-    #: At most this many members queued or running at once (0: no window).
-    max_in_flight: int = 0
+    #: (``None``: a group written before the option was kept, inline).
+    results_inline_max: int | None = None
+    #: At most this many members queued or running at once (``None``: no
+    #: window; the meta keeps 0 for it, as the scripts read it).
+    max_in_flight: int | None = None
     depth: int = 1
     created_at: int | None = None
     #: When an open group is stuck: its deadline, pushed on by a re-drive.
@@ -170,8 +171,8 @@ class GroupMeta:
             ttl_ms=as_int(f, "ttl"),
             deadline_ms=as_int(f, "span"),
             cancellable=f.get("cancellable") == "1",
-            results_inline_max=as_int(f, "inline_max"),
-            max_in_flight=as_int(f, "max_in_flight"),
+            results_inline_max=as_int(f, "inline_max") or None,
+            max_in_flight=as_int(f, "max_in_flight") or None,
             depth=as_int(f, "depth", 1),
             created_at=as_time(f, "created"),
             due_at=as_time(f, "deadline"),
@@ -217,7 +218,7 @@ class GroupMeta:
         ``max_in_flight`` past the outcomes recorded (``recordOutcome`` works
         it out the same way), never more than the ledger.
         """
-        if self.max_in_flight <= 0:
+        if self.max_in_flight is None:
             return self.total
         return min(self.total, self.max_in_flight + self.done + self.failed)
 
