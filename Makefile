@@ -1,7 +1,13 @@
 # Developer entry points. `make test`, then `make test-lowest`, is what CI runs
 # (through .ci/run).
 
-PYTHON ?= python3
+# `make test` runs on CPython 3.11 where the machine has it (python3.11 on
+# PATH, else pyenv's), else on python3; `make test-lowest` on 3.10 (below).
+# These two are the Pythons pyproject.toml's classifiers name (a test holds
+# them to it).
+PYTHON ?= $(or $(shell for py in python3.11 \
+    "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.11*/bin/python3.11; do \
+    "$$py" -c '' 2>/dev/null && { echo "$$py"; break; }; done),python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 # Inside the venv, so deleting .venv also forces a reinstall.

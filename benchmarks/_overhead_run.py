@@ -13,7 +13,8 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from benchmarks._probes import redis_cpu, used
 from benchmarks._report import median, rounded
@@ -22,8 +23,24 @@ from benchmarks.apps import overhead as app
 from benchmarks.apps.common import App
 from local_redis import MonitorTap, RedisProvider, Tally, commandstats_calls
 
-if TYPE_CHECKING:
-    from benchmarks.overhead import Options
+
+class Options(Protocol):
+    """What one run reads of a benchmark's options (``overhead.Options`` has
+    them): this module does not import the benchmark that drives it."""
+
+    @property
+    def warmup(self) -> int: ...
+    @property
+    def kick_concurrency(self) -> int: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def durability(self) -> str: ...
+    @property
+    def max_async_tasks(self) -> int: ...
+    @property
+    def results_dir(self) -> Path: ...
+
 
 APP = "benchmarks.apps.overhead"
 #: Whose CPU time a sample reads, and what a tally splits its commands into.

@@ -562,6 +562,28 @@ async def test_help_says_where_the_options_go_and_lists_each_exit_code() -> None
     assert [code.value for code in ExitCode] == [0, 1, 2, 3, 4, 130]
 
 
+def test_the_cli_doc_names_every_option_of_every_command() -> None:
+    """What ``--help`` of each command offers, docs/cli.md says."""
+    from taskiq_fanin.cli.parser import build_parser
+
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    parser = build_parser()
+    (commands,) = [
+        action for action in parser._actions if action.choices and action.dest
+    ]
+    parsers = [parser, *commands.choices.values()]
+    flags = {
+        flag
+        for each in parsers
+        for action in each._actions
+        for flag in action.option_strings
+        if flag.startswith("--") and flag != "--help"
+    }
+    assert flags
+    said = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", doc))
+    assert flags - said == set()
+
+
 def test_the_cli_doc_lists_the_exit_codes_the_command_returns() -> None:
     doc = (ROOT / "docs" / "cli.md").read_text()
     section = doc.split("\n## Exit codes\n", 1)[1].split("\n## ", 1)[0]

@@ -85,6 +85,23 @@ def test_the_python_classifiers_start_at_requires_python(wheel: Path) -> None:
     assert minors == list(range(minors[0], minors[-1] + 1))  # no Python skipped
 
 
+def test_the_python_classifiers_are_the_pythons_ci_runs(wheel: Path) -> None:
+    """``make test`` and ``make test-lowest`` pick a Python each (the
+    Makefile's PYTHON and LOWEST_PYTHON); the classifiers name those, no other."""
+    makefile = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    picked = {
+        int(minor)
+        for variable in ("PYTHON", "LOWEST_PYTHON")
+        for minor in re.findall(
+            r"for py in python3\.(\d+)",
+            re.search(rf"^{variable} \?= (.+)$", makefile, re.MULTILINE)[1],
+        )
+    }
+    pattern = re.compile(r"Programming Language :: Python :: 3\.(\d+)")
+    found = [pattern.fullmatch(c) for c in _metadata(wheel).get_all("Classifier", [])]
+    assert {int(match[1]) for match in found if match} == picked == {10, 11}
+
+
 def _pins_of_this_environment() -> str:
     """``name==version`` of every package here but this project, first found first."""
     pins: dict[str, str] = {}
