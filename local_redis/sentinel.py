@@ -158,6 +158,19 @@ class RedisSentinel:
         self._wait(promoted, f"a replica promoted after port {old_port} died")
         return self.primary
 
+    def rejoin(self, server: RedisServer) -> None:
+        """Start a killed data server again, on its port and with its data.
+
+        The sentinels turn it into a replica of the primary they name (it
+        resyncs, dropping what the primary lacks); returns once every live data
+        server follows that primary, linked.
+        """
+        server.restart(crash=True)
+        self._wait(
+            lambda: self.followed(self.primary_port()),
+            f"port {server.port} to rejoin as a replica",
+        )
+
     def epoch(self) -> int:
         """How many failovers the sentinels have tried (elections held) so far."""
         return max((node.epoch() for node in self.sentinel_nodes), default=0)

@@ -8,8 +8,8 @@ called (an app is reloaded for each test, this module is not):
 
 - ``DEADLINE``, ``FINALISER_LEASE``, ``RETRY_FOR``, ``SOCKET_TIMEOUT``: the
   middleware's options of those names (seconds).
-- ``DURABILITY``: the middleware's ``durability`` option, when set (issue 19's
-  ``"replicated"``; left out, the middleware's default).
+- ``DURABILITY``, ``REPLICAS``: the middleware's ``durability`` and
+  ``replicas`` options, when set (left out, the middleware's defaults).
 - ``MEMBER_SECONDS``, ``STEP_SECONDS``: how long a member, a chain step takes.
 """
 
@@ -98,6 +98,8 @@ def install(
     step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
     if os.environ.get("DURABILITY"):
         options["durability"] = os.environ["DURABILITY"]
+    if os.environ.get("REPLICAS"):
+        options["replicas"] = int(os.environ["REPLICAS"])
     broker.with_middlewares(
         CountRecorded(observer, member_task),
         FanInMiddleware(

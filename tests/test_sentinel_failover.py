@@ -16,10 +16,15 @@ from the ledger, repairs both; the run guards keep every continuation and last
 step to one run. Counts come from an observation server no fault touches, and
 are taken once nothing is left to run (``tests.failover_run.Run.drained``).
 
-With ``durability="replicated"`` no recorded outcome may be lost; it runs with
-two replicas, so that the promoted primary has one to wait for. Until the
-sentinels have pointed the other replica at the promoted primary (a second or
-so), every replicated write is refused and retried, as in production.
+With ``durability="replicated"`` no recorded outcome may be lost: it runs
+with two replicas and waits for both (``replicas=2``), so that whichever the
+sentinels promote holds every write the library counted as done. Waiting for
+one of two made that a race the test usually won: the sentinels promote the
+replica they last saw furthest on, best effort, and a loaded run (two suites
+at once, 2026-12-04) promoted the one that lacked an outcome recorded on the
+other (``outcomes_lost=1``). The killed primary is then started again: the
+sentinels make it the new primary's second replica, and until it has synced
+every replicated write is refused and retried, as in production.
 
 One kill, one failover: the toolkit's sentinels judge a primary down after 3 s,
 not 1 s. With 1 s a loaded box failed the promoted primary over again at once
@@ -96,7 +101,7 @@ async def test_a_sentinel_failover_mid_run_runs_every_continuation_once(
     # write (docs/guarantees.md): two replicas, so that one follows the new one.
     replicas = 1
     if durability != "acknowledged":
-        env["DURABILITY"], replicas = durability, 2
+        env["DURABILITY"], env["REPLICAS"], replicas = durability, "2", 2
     async with sentinel_run(tmp_path, monkeypatch, replicas=replicas, **env) as run:
         started = time.monotonic()
         with run.worker("a"), run.worker("b"):
@@ -110,6 +115,8 @@ async def test_a_sentinel_failover_mid_run_runs_every_continuation_once(
             await asyncio.to_thread(run.sentinel.wait_for_promotion, old.port)
             failover = time.monotonic() - started - killed
             were_kept = await run.kept()
+            if durability != "acknowledged":  # a second replica for WAIT 2
+                await asyncio.to_thread(run.sentinel.rejoin, old)
             try:
                 reports = await run.sweeps()
             except AssertionError as timed_out:
