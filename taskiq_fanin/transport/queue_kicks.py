@@ -14,12 +14,26 @@ alone (:func:`prompt_broker`), on the same client.
 
 Everything else stays taskiq's: the kicker builds the message, every
 middleware's ``pre_send`` and ``post_send`` runs around each kick, and a kick
-returns only once Redis has its message, written by the command the broker's own
-``kick`` sends. taskiq-redis has no public way to add a message to a pipeline,
-so :func:`queue_of` reads the broker's attributes, here and nowhere else; a test
-fails loudly when taskiq-redis changes them. A broker of another kind, a
-subclass with a ``kick`` of its own, or one whose attributes are not as expected
-is used through its own ``kick``.
+returns only once Redis has its message. taskiq has no way to add a message
+to a pipeline, so here, and nowhere else, the library writes what taskiq-redis
+1.2's own ``kick`` writes, and must match it:
+
+- ``RedisStreamBroker.kick`` and ``RedisStreamClusterBroker.kick``:
+  ``XADD <queue> MAXLEN [~] <maxlen> * data <message>``, with the broker's
+  ``maxlen`` and ``approximate``;
+- ``ListQueueBroker.kick`` and ``ListQueueClusterBroker.kick``:
+  ``LPUSH <queue> <message>``;
+- ``<queue>``: the message's ``queue_name`` label, else the broker's
+  ``queue_name``; on the broker's own connections (its ``connection_pool``,
+  or a cluster broker's ``redis``).
+
+:func:`queue_of` reads those attributes. ``tests/test_dispatch.py`` (single
+server: stream, list) and ``tests/test_cluster_workflows.py`` (cluster: stream,
+list) compare what a pipelined kick writes with what the broker's own ``kick``
+writes, and fail when taskiq-redis changes either. Any other broker (the
+Sentinel ones, a PubSub one, a subclass with a ``kick`` of its own, one whose
+attributes are not as expected) is kicked through its own ``kick``: taskiq's
+API, paced on the Sentinel ones (``paced_kicks.py``).
 """
 
 import logging
