@@ -79,6 +79,7 @@ SIDES: dict[str, Callable[[App, int], Awaitable[None]]] = {
     "library": app.kick_library,
     "recipe": lambda tasks, n: app.kick_recipe(tasks, n, burst=True),
     "recipe_one_by_one": lambda tasks, n: app.kick_recipe(tasks, n, burst=False),
+    "library_bare": app.kick_library,
 }
 #: The table's columns: a side's groups, or some of them.
 COLUMNS: dict[str, tuple[str, Callable[[dict[str, float]], bool]]] = {
@@ -87,12 +88,15 @@ COLUMNS: dict[str, tuple[str, Callable[[dict[str, float]], bool]]] = {
     "shared": ("library", lambda g: g["call_members"] > 1),
     "recipe": ("recipe", lambda _: True),
     "1 by 1": ("recipe_one_by_one", lambda _: True),
+    "bare": ("library_bare", lambda _: True),
 }
 LEGEND = (
     "Columns (groups): library; its groups whose claimant's call was alone, and"
     " shared with other members; the recipe's members kicked in one burst, and one"
-    " by one (as benchmarks.scale); XACKs: the library's shared groups' XACKs of"
-    " other members in the step. A step runs from the side's previous one."
+    " by one (as benchmarks.scale); bare: the library with none of these notes"
+    " (its last member's end to its continuation's body: what the notes cost);"
+    " XACKs: the library's shared groups' XACKs of other members in the step."
+    " A step runs from the side's previous one."
 )
 #: Figures under the steps, per group: (name, what).
 EXTRAS = (
@@ -131,17 +135,21 @@ def deltas(notes: dict[str, float]) -> dict[str, float]:
             ms[f"{note}.acks"] = sum(notes[main] < at <= notes[note] for at in acks)
         part = note
         main = note if is_main else main
-    start, end, xadd = notes["body_start"], notes["body_end"], notes["xadd_sent"]
+    start, end = notes["body_start"], notes["body_end"]
     ms.update(
         total=(start - end) / 1e6,
         cpu=(notes["cpu_start"] - notes["cpu_end"]) / 1e6,
         from_last_end=(start - notes["last_body_end"]) / 1e6,
         members_spread=(notes["last_body_end"] - notes["first_body_end"]) / 1e6,
-        read_waited=float(notes["read_issued"] < xadd),
-        read_sent=(notes["read_issued"] - xadd) / 1e6,
-        listener_resumed=(notes["listener_resumed"] - xadd) / 1e6,
-        acks=sum(end < at <= start for at in acks),
     )
+    if "xadd_sent" in notes:  # not bare
+        xadd = notes["xadd_sent"]
+        ms.update(
+            read_waited=float(notes["read_issued"] < xadd),
+            read_sent=(notes["read_issued"] - xadd) / 1e6,
+            listener_resumed=(notes["listener_resumed"] - xadd) / 1e6,
+            acks=sum(end < at <= start for at in acks),
+        )
     ms.update({k: notes[k] for k in ("call_members", "call_waited") if k in notes})
     return ms
 
@@ -174,9 +182,11 @@ async def run(provider: RedisProvider, options: Options) -> dict[str, Any]:
     async with contextlib.AsyncExitStack() as stack:
         runs: dict[str, tuple[App, Run]] = {}
         for side in SIDES:
-            fanin = provider.url if side == "library" else ""
-            settings = new_settings(provider.url, "latency", fanin_url=fanin)
-            tasks = app.build(settings, burst=side != "library")
+            library = side.startswith("library")
+            fanin = provider.url if library else ""
+            name = app.BARE if side == "library_bare" else "latency"
+            settings = new_settings(provider.url, name, fanin_url=fanin)
+            tasks = app.build(settings, burst=not library)
             started = worker_run(
                 APP,
                 tasks.broker,

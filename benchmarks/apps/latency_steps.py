@@ -56,6 +56,10 @@ from taskiq_fanin.transport.queue_kicks import PipelinedBroker
 #: Seconds the continuation waits before it writes its group's notes.
 WRITE_AFTER = 0.005
 
+#: A run made with ``new_settings(url, BARE)`` notes nothing but its members'
+#: ends and the continuation's start: what the other notes cost, beside them.
+BARE = "latency-bare"
+
 NOOP = "bench.latency.noop"
 FANIN_THEN = "bench.latency.fanin_then"
 RECIPE_MEMBER = "bench.latency.recipe_member"
@@ -127,6 +131,9 @@ async def _write(app: App, body_start: int, cpu_start: int) -> None:
     global STAMPS  # wrappers note into the group's own dict
     notes, STAMPS = STAMPS, {}
     ends = list(BODY_END.values())
+    if "body_end" not in notes:  # no claimant noted (bare): the last member
+        last = max(BODY_END, key=BODY_END.__getitem__)
+        notes.update(body_end=BODY_END[last], cpu_end=BODY_CPU[last])
     notes.update(body_start=body_start, cpu_start=cpu_start)
     notes.update(first_body_end=min(ends), last_body_end=max(ends))
     notes.update({f"end{number}": at for number, at in enumerate(sorted(ends))})
@@ -344,6 +351,8 @@ def _note_library() -> None:
 def worker_broker() -> AsyncBroker:
     """Broker factory for ``taskiq worker``: its side's notes wrapped in."""
     settings = AppSettings.from_env()
+    if settings.keys.startswith(f"bench-{BARE}-"):
+        return build(settings).broker
     library = bool(settings.fanin_url)
     continuation = FANIN_THEN if library else RECIPE_THEN
     app = build(settings, HooksBegin(continuation))
