@@ -11,7 +11,7 @@ each, then each step's median over the timed groups. The library's groups are
 also shown split by whether the claimant's outcome went alone in its script
 call or shared it with other members (whose acknowledgements then follow).
 
-    python -m benchmarks.latency_steps [--n 20] [--groups 25] [--json PATH]
+    python -m benchmarks.latency_steps [--n 20] [--groups 40] [--json PATH]
 """
 
 from __future__ import annotations
@@ -36,29 +36,54 @@ from local_redis import RedisProvider
 
 APP = "benchmarks.apps.latency_steps"
 
-#: Every note, in the order a group passes them: (note, what happened, main).
-#: A main row spans from the side's previous main note; the rows under it
-#: split it at the notes between (of the side that has them).
-STEPS = (
-    ("body_end", "the claimant's body returns (the start)", True),
-    ("post_execute", "FanInMiddleware.post_execute begins", True),
-    ("joined", "its outcome joins the batcher", False),
-    ("wait_over", "its call stops waiting for company", False),
-    ("in_pipeline", "the pipeline's sender takes the call", False),
-    ("written", "the outcome call is written (recipe: SADD)", True),
-    ("sadd_back", "SADD's reply", False),
-    ("scard_back", "SCARD's reply", False),
-    ("reply", "its reply is read (recipe: SET NX's)", True),
-    ("returned", "the batcher has the reply", False),
-    ("finalise", "the claimant resumes: finalise begins", False),
-    ("kick_begins", "the continuation's kick begins", True),
-    ("xadd_sent", "taskiq's kicker built it: XADD sent", True),
-    ("xadd_back", "the XADD returned", True),
-    ("read_back", "the worker's XREADGROUP returns it", True),
-    ("hooks_begin", "taskiq's hooks begin (pre_execute)", True),
-    ("guard_begins", "the run guard (beginContinuation) is sent", True),
-    ("guard_back", "its reply is back", True),
-    ("body_start", "the continuation's body starts", True),
+#: The steps, in the order a group passes them: (note, what happened, parts).
+#: A step runs from the side's previous step's note to its own; its parts,
+#: where a side has their notes, split it: each (note, what) runs from the
+#: previous note of any kind, the last one ending at the step's own note.
+STEPS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
+    ("body_end", "the claimant's body returns (the start)", ()),
+    ("post_execute", "FanInMiddleware.post_execute begins", ()),
+    (
+        "written",
+        "the outcome call is written (recipe: SADD)",
+        (
+            ("joined", "its outcome joins the batcher"),
+            ("wait_over", "its call stops waiting for company"),
+            ("in_pipeline", "the pipeline's sender takes the call"),
+            ("written", "redis-py writes the pipeline"),
+        ),
+    ),
+    (
+        "reply",
+        "its reply is read (recipe: SET NX's)",
+        (
+            ("sadd_back", "SADD's reply"),
+            ("scard_back", "SCARD's reply"),
+            ("reply", "the script's (SET NX's) reply"),
+        ),
+    ),
+    (
+        "kick_begins",
+        "the continuation's kick begins",
+        (
+            ("returned", "the batcher has the reply"),
+            ("finalise", "the claimant resumes: finalise begins"),
+            ("kick_begins", "GroupResult built: the kick begins"),
+        ),
+    ),
+    ("xadd_sent", "taskiq's kicker built it: XADD sent", ()),
+    ("xadd_back", "the XADD returned", ()),
+    ("read_back", "the worker's XREADGROUP returns it", ()),
+    ("hooks_begin", "taskiq's hooks begin (pre_execute)", ()),
+    ("guard_begins", "the run guard (beginContinuation) is sent", ()),
+    ("guard_back", "its reply is back", ()),
+    ("body_start", "the continuation's body starts", ()),
+)
+#: Every note in time order, and whether it ends a step.
+NOTES = tuple(
+    (note, note == step)
+    for step, _, parts in STEPS
+    for note in [*(part for part, _ in parts if part != step), step]
 )
 
 
@@ -67,7 +92,7 @@ class Options:
     """What to run."""
 
     n: int = 20
-    groups: int = 25
+    groups: int = 40
     max_async_tasks: int = 100
     #: Seconds one group may take before it counts as stuck.
     timeout: float = 60.0
@@ -118,23 +143,23 @@ SHARES = ("read_waited", "call_waited")
 def deltas(notes: dict[str, float]) -> dict[str, float]:
     """One group's steps and figures, in ms but for counts and shares.
 
-    ``<note>``: from the side's previous main note (``<note>.acks``: the XACKs
-    in it); ``<note>.part``: from its previous note of any kind; then the
+    ``<note>``: a step, from the side's previous step (``<note>.acks``: the
+    XACKs in it); ``<note>.part``: from the previous note of any kind; then the
     figures of :data:`EXTRAS`.
     """
     ms: dict[str, float] = {}
     acks = [at for name, at in notes.items() if name.startswith("ack")]
-    main = part = None
-    for note, _, is_main in STEPS:
+    step = part = None
+    for note, ends_step in NOTES:
         if note not in notes:
             continue
         if part is not None:
             ms[f"{note}.part"] = (notes[note] - notes[part]) / 1e6
-        if is_main and main is not None:
-            ms[note] = (notes[note] - notes[main]) / 1e6
-            ms[f"{note}.acks"] = sum(notes[main] < at <= notes[note] for at in acks)
+        if ends_step and step is not None:
+            ms[note] = (notes[note] - notes[step]) / 1e6
+            ms[f"{note}.acks"] = sum(notes[step] < at <= notes[note] for at in acks)
         part = note
-        main = note if is_main else main
+        step = note if ends_step else step
     start, end = notes["body_start"], notes["body_end"]
     ms.update(
         total=(start - end) / 1e6,
@@ -240,14 +265,12 @@ def table(data: dict[str, Any]) -> Table:
         values = [medians_of.get(name) for medians_of in found.values()]
         return ["-" if value is None else f"{value:.3f}" for value in values]
 
-    for note, what, is_main in STEPS:
-        if note == STEPS[0][0]:
-            out.add_row(what)
-        elif is_main:
-            acks = found["shared"].get(f"{note}.acks")
-            out.add_row(what, *cells(note), "-" if acks is None else f"{acks:g}")
-        else:
-            out.add_row(f"[dim]  {what}[/]", *cells(f"{note}.part"))
+    out.add_row(STEPS[0][1])
+    for step, what, parts in STEPS[1:]:
+        acks = found["shared"].get(f"{step}.acks")
+        out.add_row(what, *cells(step), "" if acks is None else f"{acks:g}")
+        for part, said in parts:
+            out.add_row(f"[dim]  {said}[/]", *cells(f"{part}.part"))
     out.add_section()
     for name, what in EXTRAS:
         out.add_row(what, *cells(name))
