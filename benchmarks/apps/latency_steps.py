@@ -24,7 +24,9 @@ Where the notes are taken (library side):
   (``read_issued``: when it was sent);
 - ``hooks_begin``: the first middleware's ``pre_execute`` (taskiq's receiver);
 - ``guard_begins`` / ``guard_back``: ``GroupScripts.begin_continuation``;
-- ``body_start``: the continuation's body starts.
+- ``body_start``: the continuation's body starts;
+- beside them (the JSON's timelines only): the claimant's rescore of the
+  sweep's index and its ``markDispatched``, each sent and back; every XACK.
 
 The recipe (the seed's fan-in, ``002``; as ``apps/overhead.py`` has it) notes
 the same where it has the step: ``written`` before its SADD, ``sadd_back``,
@@ -341,6 +343,17 @@ def _note_library() -> None:
     _around(recording, "finalise", lambda f: stamped(f, "finalise"))
     _around(finalising, "_kick_continuation", lambda f: stamped(f, "kick_begins"))
     _around(PipelinedBroker, "kick", kick)
+    # Beside the steps, in the timelines: the claimant's other round trips.
+    _around(
+        finalising,
+        "_rescore_to_lease_end",
+        lambda f: stamped(f, "rescore_sent", "rescore_back"),
+    )
+    _around(
+        GroupScripts,
+        "mark_dispatched",
+        lambda f: stamped(f, "dispatch_sent", "dispatch_back"),
+    )
     _around(
         GroupScripts,
         "begin_continuation",
