@@ -242,7 +242,9 @@ def _note_recipe_kick(broker: AsyncBroker) -> None:
     _around(broker, "kick", kick)
 
 
-def post_execute(original: Any) -> Any:
+def _post_execute(original: Any) -> Any:
+    """Note when FanInMiddleware.post_execute begins for a member."""
+
     async def timed(self: Any, message: TaskiqMessage, result: Any) -> None:
         if message.task_name == NOOP:
             POST_EXECUTE[int(message.args[0])] = now()
@@ -251,7 +253,9 @@ def post_execute(original: Any) -> Any:
     return timed
 
 
-def joins(original: Any) -> Any:
+def _joins(original: Any) -> Any:
+    """Note when a member's outcome joins the outcome batcher."""
+
     async def timed(self: Any, keys: Any, token: str, head: Any, member: Any) -> Any:
         JOINED[int(member[0])] = now()
         return await original(self, keys, token, head, member)
@@ -259,7 +263,9 @@ def joins(original: Any) -> Any:
     return timed
 
 
-def call_script(original: Any) -> Any:
+def _call_script(original: Any) -> Any:
+    """Note a call's end of waiting and its reply; the claimant's are the group's."""
+
     async def timed(self: Any, key: Any, call: Any) -> Any:
         notes = call.__dict__.setdefault("bench_notes", {})
         notes["wait_over"] = now()
@@ -282,7 +288,9 @@ def call_script(original: Any) -> Any:
     return timed
 
 
-def arguments(original: Any) -> Any:
+def _arguments(original: Any) -> Any:
+    """Note when the pipeline's sender adds a call (and find it again when written)."""
+
     def timed(call: Any) -> Any:
         notes = call.__dict__.setdefault("bench_notes", {})
         notes["in_pipeline"] = now()
@@ -293,7 +301,9 @@ def arguments(original: Any) -> Any:
     return staticmethod(timed)
 
 
-def execute_pipeline(original: Any) -> Any:
+def _execute_pipeline(original: Any) -> Any:
+    """Note when redis-py writes a pipeline with an outcome call, and its replies."""
+
     async def timed(self: Any, connection: Any, commands: Any, *args: Any) -> Any:
         calls = [
             found
@@ -311,7 +321,9 @@ def execute_pipeline(original: Any) -> Any:
     return timed
 
 
-def stamped(original: Any, before: str, after: str | None = None) -> Any:
+def _stamped(original: Any, before: str, after: str | None = None) -> Any:
+    """Note when ``original`` is called (``before``) and returns (``after``)."""
+
     async def timed(*args: Any, **kwargs: Any) -> Any:
         notes = STAMPS
         notes[before] = now()
@@ -323,7 +335,9 @@ def stamped(original: Any, before: str, after: str | None = None) -> Any:
     return timed
 
 
-def kick(original: Any) -> Any:
+def _kick(original: Any) -> Any:
+    """Note the continuation's PipelinedBroker.kick: its XADD sent and back."""
+
     async def timed(self: Any, message: Any) -> None:
         notes = STAMPS if message.task_name == FANIN_THEN else {}
         notes["xadd_sent"] = now()
@@ -335,29 +349,29 @@ def kick(original: Any) -> Any:
 
 def _note_library() -> None:
     """Wrap the library's functions on the way from a member's end to the kick."""
-    _around(FanInMiddleware, "post_execute", post_execute)
-    _around(OutcomeBatcher, "record", joins)
-    _around(OutcomeBatcher, "_call_script", call_script)
-    _around(OutcomeBatcher, "_arguments", arguments)
-    _around(Pipeline, "_execute_pipeline", execute_pipeline)
-    _around(recording, "finalise", lambda f: stamped(f, "finalise"))
-    _around(finalising, "_kick_continuation", lambda f: stamped(f, "kick_begins"))
-    _around(PipelinedBroker, "kick", kick)
+    _around(FanInMiddleware, "post_execute", _post_execute)
+    _around(OutcomeBatcher, "record", _joins)
+    _around(OutcomeBatcher, "_call_script", _call_script)
+    _around(OutcomeBatcher, "_arguments", _arguments)
+    _around(Pipeline, "_execute_pipeline", _execute_pipeline)
+    _around(recording, "finalise", lambda f: _stamped(f, "finalise"))
+    _around(finalising, "_kick_continuation", lambda f: _stamped(f, "kick_begins"))
+    _around(PipelinedBroker, "kick", _kick)
     # Beside the steps, in the timelines: the claimant's other round trips.
     _around(
         finalising,
         "_rescore_to_lease_end",
-        lambda f: stamped(f, "rescore_sent", "rescore_back"),
+        lambda f: _stamped(f, "rescore_sent", "rescore_back"),
     )
     _around(
         GroupScripts,
         "mark_dispatched",
-        lambda f: stamped(f, "dispatch_sent", "dispatch_back"),
+        lambda f: _stamped(f, "dispatch_sent", "dispatch_back"),
     )
     _around(
         GroupScripts,
         "begin_continuation",
-        lambda f: stamped(f, "guard_begins", "guard_back"),
+        lambda f: _stamped(f, "guard_begins", "guard_back"),
     )
 
 
