@@ -5,6 +5,7 @@ an index shows; installed into an empty venv, it imports and its command runs.
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -24,8 +25,22 @@ DIST_INFO = "taskiq_fanin-0.1.0.dist-info"
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project's wheel, built once for this module, offline."""
+    """The project's wheel, built once for this module, offline.
+
+    Built from a copy of the tree without its build leftovers: setuptools
+    reuses a ``build/`` directory, and one left from before a module moved
+    put the old files in the wheel beside the new ones.
+    """
     wheel_dir = tmp_path_factory.mktemp("wheel")
+    source = tmp_path_factory.mktemp("source") / "taskiq-fanin"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__",
+            ".*_cache", "bench-results*",
+        ),
+    )  # fmt: skip
     subprocess.run(
         [
             sys.executable,
@@ -37,7 +52,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--quiet",
             "--wheel-dir",
             str(wheel_dir),
-            str(ROOT),
+            str(source),
         ],
         check=True,
         capture_output=True,
