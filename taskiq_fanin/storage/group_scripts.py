@@ -156,6 +156,10 @@ class GroupScripts:
             return recorded, replies.collected(shared), None
         return recorded, None, released_member(own)
 
+    def claim_handled(self, keys: GroupKeys, *, token: str) -> None:
+        """The claimant is done finalising: the members its call held go on."""
+        self.outcomes.claim_handled(keys.recording, token)
+
     async def collect_outcomes(
         self, keys: GroupKeys, *, token: str
     ) -> CollectedOutcomes | None:
