@@ -20,6 +20,9 @@ from taskiq_fanin.engine.events import Ending, RunEnded
 from taskiq_fanin.engine.leases import Held
 from taskiq_fanin.groups import continuation, recording
 
+#: The labels of a message that is no member but has an end to record.
+_RECORDED = frozenset((CONTINUATION_LABEL, CHAIN_LABEL, ON_ERROR_OF_LABEL))
+
 
 class EndedRun:
     """What one ended run records; each part once, if retried.
@@ -54,10 +57,7 @@ class EndedRun:
     @staticmethod
     def applies(labels: dict[str, object]) -> bool:
         """Whether a message that is no member has anything to record."""
-        return any(
-            label in labels
-            for label in (CONTINUATION_LABEL, CHAIN_LABEL, ON_ERROR_OF_LABEL)
-        )
+        return not _RECORDED.isdisjoint(labels)
 
     async def record(self) -> None:
         """Record what is left to record (the whole, the first time)."""

@@ -33,12 +33,14 @@ from taskiq_fanin.storage.replies import Begin
 logger = logging.getLogger("taskiq_fanin")
 
 #: The labels whose message the guard asks Redis about before it runs.
-GUARDED = (CONTINUATION_LABEL, CHAIN_LABEL, ON_ERROR_OF_LABEL, CANCELLABLE_LABEL)
+GUARDED = frozenset(
+    (CONTINUATION_LABEL, CHAIN_LABEL, ON_ERROR_OF_LABEL, CANCELLABLE_LABEL)
+)
 
 
 def applies(labels: dict[str, object]) -> bool:
     """Whether the guard has anything to ask about this message (most have not)."""
-    return any(label in labels for label in GUARDED)
+    return not GUARDED.isdisjoint(labels)  # at C speed: asked of every message
 
 
 @dataclass(frozen=True)
