@@ -1,6 +1,6 @@
 """``python -m benchmarks`` (``make bench``): every benchmark, one summary.
 
-Runs deadlock, duplicates, overhead and scale against one Redis with real
+Runs deadlock, duplicates, overhead, scale and small_groups against one Redis with real
 ``taskiq worker`` processes, shows progress while they run, prints one table of
 targets against measurements, and writes ``<out>/<benchmark>.json``,
 ``<out>/summary.json`` and ``<out>/summary.png``.
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _chart, deadlock, duplicates, overhead, scale
+from benchmarks import _chart, deadlock, duplicates, overhead, scale, small_groups
 from benchmarks._cli import (
     Benchmark,
     flat,
@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         duplicates.BENCHMARK,
         overhead.BENCHMARK,
         scale.BENCHMARK,
+        small_groups.BENCHMARK,
     )
 }
 #: Flags that set a field of every benchmark's ``Options`` that has it.
@@ -60,7 +61,8 @@ def parser() -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         help="deadlock: 1 repeat; overhead: N=2,000 only, 3 pairs; duplicates: 40"
-        " albums; scale: N=1,000 only: a smoke run of a minute or two",
+        " albums; scale: N=1,000 only; small_groups: N=20 and 200, 3 rounds: a"
+        " smoke run of a few minutes",
     )
     p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="output directory")

@@ -296,6 +296,32 @@ def _scale_latency(ax: Axes, data: dict[str, Any]) -> None:
     ax.legend(fontsize=6, loc="upper left")
 
 
+def _small_groups(ax: Axes, data: dict[str, Any]) -> None:
+    """Wall time over plain tasks per N, the library beside the recipe."""
+    rows = sorted(data["runs"], key=lambda row: row["n"])
+    width = 0.38
+    for offset, (side, label, color) in enumerate(
+        (("library", "this library", OURS), ("recipe", "the seed's recipe", PEER))
+    ):
+        for x, row in enumerate(rows):
+            measured = row[side]
+            bar = ax.bar(
+                x + (offset - 0.5) * width, measured["wall_ratio"], width, color=color,
+                label=label if x == 0 else None,
+            )  # fmt: skip
+            # The last member to the continuation, under each fan-in's ratio.
+            text = f"{measured['wall_ratio']:.2f}x\n"
+            text += f"{measured['last_to_continuation_ms']:.1f} ms"
+            ax.bar_label(bar, [text], fontsize=6)
+    ax.axhline(1, color=BASELINE, linestyle="dotted", label="plain tasks")
+    ax.set_xticks(range(len(rows)), [f"N={row['n']:,}" for row in rows], fontsize=8)
+    ax.set_ylabel("wall time over plain tasks (x)")
+    ax.set_title(
+        "Small groups: wall over plain; ms: last member to continuation", fontsize=10
+    )
+    ax.legend(fontsize=7, loc="upper right")
+
+
 def draw(
     path: Path,
     results: dict[str, dict[str, Any]],
@@ -319,6 +345,8 @@ def draw(
     if "scale" in results:
         panels.append(lambda ax: _scale_costs(ax, results["scale"]))
         panels.append(lambda ax: _scale_latency(ax, results["scale"]))
+    if "small_groups" in results:
+        panels.append(lambda ax: _small_groups(ax, results["small_groups"]))
     rows = (len(panels) + 1) // 2
     columns = 1 if len(panels) <= 1 else 2
     fig, axes = plt.subplots(

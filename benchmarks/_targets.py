@@ -314,3 +314,61 @@ def scale_checks(data: dict[str, Any]) -> list[Check]:
             )
         )
     return result
+
+
+#: Where the library's group must be no slower than the recipe, in wall time
+#: over plain tasks (ratio against ratio).
+SMALL_WALL_SIZES = (20, 200)
+#: Where the library's CPU per member must be within TARGET_CPU_RATIO of plain.
+SMALL_CPU_SIZES = (200, 2000)
+#: Where the first member must start within TARGET_BESIDE_RECIPE_MS of the recipe's.
+SMALL_FIRST_SIZES = (20,)
+
+
+def small_group_checks(data: dict[str, Any]) -> list[Check]:
+    """The small-group targets beside what was measured, smallest N first."""
+    timed = data.get("redis") != "fakeredis"
+    check = functools.partial(Check, "small_groups")
+    result: list[Check] = []
+    for row in sorted(data["runs"], key=lambda r: r["n"]):
+        n, ours, recipe = row["n"], row["library"], row["recipe"]
+        wall = f"{ours['wall_ratio']:.2f}x vs recipe {recipe['wall_ratio']:.2f}x"
+        met = ours["wall_ratio"] <= recipe["wall_ratio"]
+        target = "<= the recipe's" if n in SMALL_WALL_SIZES else "reported"
+        in_target = timed and n in SMALL_WALL_SIZES
+        result.append(
+            check(f"wall / plain, N={n}", target, wall, met if in_target else None)
+        )
+        for key, name, sizes_ in (
+            ("last_to_continuation_ms", "to continuation", None),
+            ("first_member_ms", "first member", SMALL_FIRST_SIZES),
+        ):
+            mine, theirs = ours[key], recipe[key]
+            judged = timed and (sizes_ is None or n in sizes_)
+            result.append(
+                check(
+                    f"{name}, N={n}",
+                    f"<= +{TARGET_BESIDE_RECIPE_MS:g} ms" if judged else "reported",
+                    f"{mine:.2f} vs recipe {theirs:.2f} ms",
+                    mine - theirs <= TARGET_BESIDE_RECIPE_MS if judged else None,
+                )
+            )
+        ratio = ours["cpu_ratio"]
+        judged = timed and ratio is not None and n in SMALL_CPU_SIZES
+        plain_cpu = row["plain"]["worker_cpu_us_per_member"]
+        measured = (
+            "not measurable here"
+            if ratio is None
+            else f"{ratio:.2f}x ({ours['worker_cpu_us_per_member']:.0f} vs"
+            f" {plain_cpu:.0f} us)"
+        )
+        target = f"<= {TARGET_CPU_RATIO:.2f}x" if n in SMALL_CPU_SIZES else "reported"
+        result.append(
+            check(
+                f"CPU/member vs plain, N={n}",
+                target,
+                measured,
+                ratio <= TARGET_CPU_RATIO if judged else None,
+            )
+        )
+    return result

@@ -104,7 +104,7 @@ async def _kick(
     tasks: App, n: int, window: int, *, measure: bool
 ) -> tuple[str, float, float]:
     """A group of ``n`` no-op members, windowed or not (``app.kick_group``)."""
-    options = {WINDOW_OPTION: window} if window else {}
+    options: dict[str, Any] = {WINDOW_OPTION: window} if window else {}
     return await app.kick_group(tasks, n, measure=measure, **options)
 
 

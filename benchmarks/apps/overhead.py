@@ -1,11 +1,12 @@
 """No-op members, kicked as one library group, as plain tasks, or as the seed's recipe.
 
-The overhead and scale benchmarks share it. Each member notes in the worker's
-memory when the first of them started and the last one ended (two clock reads,
-no Redis, the same on every side); the continuation reads and clears those
-notes first thing, beside its own start, and writes them to the run's record:
-the scale benchmark's latencies. It can also measure the group's keys at their
-peak: when it starts, every outcome is recorded and nothing is deleted yet.
+The overhead, scale and small_groups benchmarks share it. Each member notes in
+the worker's memory when the first of them started and the last one ended (two
+clock reads, no Redis, the same on every side); the continuation reads and
+clears those notes first thing, beside its own start, and writes them to the
+run's record (plain tasks: the ``notes`` task, when asked): the latencies. It
+can also measure the group's keys at their peak: when it starts, every outcome
+is recorded and nothing is deleted yet.
 That costs one SCAN and a MEMORY USAGE per key, once per group.
 
 The recipe is the seed's hand-written fan-in (``002``): each member SADDs its
@@ -79,19 +80,32 @@ async def record(app: App, notes: dict[str, float], group_id: str | None) -> Non
     await app.client.hset(app.settings.record("then"), mapping=fields)
 
 
-def build(settings: AppSettings) -> App:
-    """Register the members, the continuations and the recipe for ``settings``."""
-    app = App(settings)
+def build(settings: AppSettings, *, burst: bool = False) -> App:
+    """Register the members, the continuations and the recipe for ``settings``.
+
+    ``burst``: the client's broker can send kicks as one burst (``App``).
+    """
+    app = App(settings, burst=burst)
 
     @app.task("bench.overhead.noop")
     async def noop(index: int) -> None:
         member_ran()
 
     @app.task("bench.overhead.then")
-    async def then(result: GroupResult, measure: bool) -> None:
+    async def then(result: GroupResult, measure: bool, memory: bool = True) -> None:
         notes = take_notes()
         if measure:
-            await record(app, notes, result.group_id)
+            await record(app, notes, result.group_id if memory else None)
+
+    @app.task("bench.overhead.cpu_mark")
+    async def cpu_mark(mark: str) -> None:
+        """The worker's CPU seconds so far, by its own clock (/proc has 10 ms ticks)."""
+        await app.client.hset(settings.record("cpu"), mark, time.process_time())
+
+    @app.task("bench.overhead.notes")
+    async def notes() -> None:
+        """Plain tasks have no continuation: this writes their notes when asked."""
+        await record(app, take_notes(), None)
 
     @app.task("bench.overhead.recipe_then")
     async def recipe_then(group: str) -> None:
@@ -110,11 +124,16 @@ def build(settings: AppSettings) -> App:
 
 
 async def kick_group(
-    app: App, n: int, *, measure: bool, **options: Any
+    app: App, n: int, *, measure: bool, memory: bool = True, **options: Any
 ) -> tuple[str, float, float]:
-    """Plan a group of ``n`` no-op members: its id, when, and ``kiq``'s seconds."""
+    """Plan a group of ``n`` no-op members: its id, when, and ``kiq``'s seconds.
+
+    ``measure``: the continuation writes the notes (``memory``: and the
+    group's keys' sizes, a SCAN and a MEMORY USAGE per key).
+    """
     members = [Signature.of(app.noop, index) for index in range(n)]
-    planned = group(members, then=Signature.of(app.then, measure), **options)
+    then = Signature.of(app.then, measure, memory)
+    planned = group(members, then=then, **options)
     kicked, began = time.time(), time.perf_counter()
     handle = await planned.kiq(app.broker)
     return handle.group_id, kicked, time.perf_counter() - began
