@@ -8,10 +8,6 @@ table and its chart. A windowed run is measured where ``GroupOptions`` has
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +19,10 @@ pytest.importorskip("matplotlib", reason="the bench extra is not installed")
 from benchmarks import _chart
 from benchmarks._targets import scale_checks
 from benchmarks.scale import LATENCIES, MEASURES, window_missing
-from local_redis import REDIS_URL_ENV
+from tests import bench_runs
 
 pytestmark = pytest.mark.workers
 
-ROOT = Path(__file__).resolve().parents[1]
 N = 50
 #: Every measure must be a number in these bounds (``None`` only where noted).
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -46,21 +41,19 @@ BOUNDS: dict[str, tuple[float, float]] = {
 
 def run_benchmark(redis_url: str, out: Path) -> dict[str, Any]:
     """The benchmark at N = 50, a window of 10, 5 members beside the recipe."""
-    path = out / "scale.json"
-    subprocess.run(
-        [
-            sys.executable, "-m", "benchmarks.scale", "--sizes", str(N),
-            "--window", "10", "--recipe-n", "5", "--recipe-repeats", "2",
-            "--json", str(path),
-        ],
-        cwd=ROOT,
-        env={**os.environ, REDIS_URL_ENV: redis_url, "COLUMNS": "80"},
-        check=True,
-        capture_output=True,
-        timeout=90,
-    )  # fmt: skip
-    document: dict[str, Any] = json.loads(path.read_text())
-    return document
+    args = [
+        "--sizes",
+        str(N),
+        "--window",
+        "10",
+        "--recipe-n",
+        "5",
+        "--recipe-repeats",
+        "2",
+    ]
+    return bench_runs.run_benchmark(
+        "benchmarks.scale", args, redis_url, out / "scale.json", timeout=90
+    )
 
 
 def check_measured(row: dict[str, Any]) -> None:

@@ -7,10 +7,6 @@ through its table and its chart.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,31 +18,19 @@ pytest.importorskip("matplotlib", reason="the bench extra is not installed")
 from benchmarks import _chart
 from benchmarks._targets import small_group_checks
 from benchmarks.small_groups import MEASURES, SIDES
-from local_redis import REDIS_URL_ENV
+from tests import bench_runs
 
 pytestmark = pytest.mark.workers
 
-ROOT = Path(__file__).resolve().parents[1]
 SIZES = (5, 12)
 ROUNDS = 2
 
 
 def run_benchmark(redis_url: str, out: Path) -> dict[str, Any]:
-    path = out / "small_groups.json"
-    subprocess.run(
-        [
-            sys.executable, "-m", "benchmarks.small_groups",
-            "--sizes", *map(str, SIZES), "--rounds", str(ROUNDS),
-            "--json", str(path),
-        ],
-        cwd=ROOT,
-        env={**os.environ, REDIS_URL_ENV: redis_url, "COLUMNS": "80"},
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )  # fmt: skip
-    document: dict[str, Any] = json.loads(path.read_text())
-    return document
+    args = ["--sizes", *map(str, SIZES), "--rounds", str(ROUNDS)]
+    return bench_runs.run_benchmark(
+        "benchmarks.small_groups", args, redis_url, out / "s.json", timeout=120
+    )
 
 
 def test_the_small_groups_benchmark_writes_every_measure_of_every_side(
