@@ -20,12 +20,14 @@ from taskiq_fanin import (
 from taskiq_fanin.errors import NestingTooDeepError
 from taskiq_fanin.inspection import chain_status
 from taskiq_fanin.models import ChainState
+from taskiq_fanin.storage.keys import ChainKeys
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,
     chain_reached,
     drained,
     eventually,
+    lossy_stream_broker,
     stream_broker,
     worker,
 )
@@ -167,6 +169,53 @@ async def test_a_step_delivered_twice_enqueues_its_next_step_once(
     assert len(twice.duplicated) == 1
     assert runs["c"] == 1
     assert runs["d"] == 1
+
+
+async def test_a_step_that_comes_back_after_its_next_kick_was_lost_kicks_it_again(
+    redis_url: str, key_prefix: str
+) -> None:
+    """The advance landed and the next step's kick did not (Redis away between
+    the two for longer than the hook's ``retry_for``): the step's message comes
+    back, and its copy kicks the next step again rather than leave the chain
+    to the sweep, once the advance is a lease old; a copy sooner (a duplicate,
+    the kick still on its way) kicks nothing."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, sent)
+    ran: list[str] = []
+
+    @broker.task
+    async def probe(video: str) -> str:
+        ran.append(f"probe {video}")
+        return f"{video}.meta"
+
+    @broker.task
+    async def transcode(meta: str) -> None:
+        ran.append(f"transcode {meta}")
+
+    keys = ChainKeys(key_prefix, "video")
+    async with worker(broker, max_async_tasks=2) as receiver:
+        broker.drop = {"video~1"}  # the advance's kick, lost
+        handle = await chain(
+            Signature.of(probe, "cat"), Signature.of(transcode), chain_id="video"
+        ).kiq(broker)
+        await eventually(lambda: _at_step(handle, 1), what="the advance")
+        await drained(broker, receiver)
+        (first,) = sent.of_task(probe.task_name)
+        await sent.resend(first)  # within the lease
+        await drained(broker, receiver)
+        kicked_sooner = len(sent.of_task(transcode.task_name))
+        # The advance a lease old, on Redis's clock (the record's 'updated').
+        seconds, micros = await fanin.context.redis.time()
+        lease_ms = int(fanin.context.config.finaliser_lease * 1000)
+        long_ago = seconds * 1000 + micros // 1000 - lease_ms
+        await fanin.context.redis.hset(keys.record, "updated", long_ago)
+        await sent.resend(first)  # the message coming back
+        await eventually(lambda: _chain_state(handle, ChainState.DONE), what="done")
+        await drained(broker, receiver)
+
+    assert kicked_sooner == 1  # the lost kick only
+    assert len(sent.of_task(transcode.task_name)) == 2
+    assert ran == ["probe cat", "transcode cat.meta"]
 
 
 async def test_a_step_retried_after_a_failure_enqueues_its_next_step_once(
@@ -414,6 +463,10 @@ async def test_nesting_past_the_bound_fails_with_a_typed_error_and_spawns_nothin
 
     assert sent.sent == []
     assert [k for k in keys if not k.endswith(b":stream")] == []
+
+
+async def _at_step(handle: object, step: int) -> bool:
+    return (await handle.status()).step == step  # type: ignore[attr-defined]
 
 
 async def _chain_state(handle: object, state: ChainState) -> bool:

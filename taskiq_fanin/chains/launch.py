@@ -261,6 +261,21 @@ def pending_json(
     return kick.model_dump_json(fallback=repr)
 
 
+async def next_step_again(ctx: FanInContext, cursor: ChainCursor) -> None:
+    """Kick again the step after ``cursor``'s, whose kick was lost.
+
+    A copy of the cursor's step came back (``beginStep``'s ``KICK_NEXT``): the
+    chain moved past it a lease ago and no copy of the next step began, as when
+    Redis went away between the advance and its kick for longer than the
+    hook's ``retry_for``. Kicked as the record keeps it, unless the chain has
+    moved since; a kick that meets Redis away raises, and the copy comes back.
+    """
+    found = await ctx.chain_scripts.read(record.keys_of(ctx, cursor.id))
+    moved_on = found.state is ChainState.RUNNING and found.step == cursor.index + 1
+    if moved_on and found.token == cursor.token and found.pending:
+        await repeat(ctx, found.pending)
+
+
 async def repeat(ctx: FanInContext, pending: str, *, attempt: int = 0) -> None:
     """Kick again a step as the record kept it (a stuck chain's, for the sweep).
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from taskiq import TaskiqMessage
 
-from taskiq_fanin.chains import error_continuation, record, saga
+from taskiq_fanin.chains import error_continuation, launch, record, saga
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.domain.labels import (
@@ -83,14 +83,9 @@ async def may_run(
         step_lease = _lease(record.begin_step, ctx, cursor, message, delivery)
         begun = await step_lease()
         if begun is not Begin.RUN:
-            logger.info(  # steps counted from 1, as people do
-                "Chain %s: step %d %s", cursor.id, cursor.index + 1, _said[begun]
+            return await _step_not_run(
+                ctx, cursor, begun, continuation=ref is not None, delivery=delivery
             )
-            if begun is Begin.SKIP:
-                await saga.skipped(
-                    ctx, cursor, continuation=ref is not None, delivery=delivery
-                )
-            return Verdict(begun)
         leases.append(step_lease)
     if CANCELLABLE_LABEL in message.labels:
         member = MemberRef.from_labels(message.labels)
@@ -98,6 +93,26 @@ async def may_run(
             logger.info("Group %s: cancelled; member skipped", member.group_id)
             return Verdict(Begin.SKIP)
     return Verdict(Begin.RUN, leases)
+
+
+async def _step_not_run(
+    ctx: FanInContext,
+    cursor: ChainCursor,
+    begun: Begin,
+    *,
+    continuation: bool,
+    delivery: str,
+) -> Verdict:
+    """A chain step's copy that does not run: what it still has to do."""
+    logger.info(  # steps counted from 1, as people do
+        "Chain %s: step %d %s", cursor.id, cursor.index + 1, _said[begun]
+    )
+    if begun is Begin.KICK_NEXT:
+        await launch.next_step_again(ctx, cursor)
+        return Verdict(Begin.SKIP)
+    if begun is Begin.SKIP:
+        await saga.skipped(ctx, cursor, continuation=continuation, delivery=delivery)
+    return Verdict(begun)
 
 
 def _lease(
@@ -126,4 +141,5 @@ _said = {
     Begin.SKIP: "skipped (done, or cancelled)",
     Begin.RUNNING_ELSEWHERE: "running elsewhere: this copy comes back later",
     Begin.RUN: "runs",
+    Begin.KICK_NEXT: "skipped (done); the next step's kick was lost: kicked again",
 }

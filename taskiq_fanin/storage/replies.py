@@ -44,11 +44,13 @@ class Started(enum.IntEnum):
 
 
 class Begin(enum.IntEnum):
-    """Result of ``beginContinuation``."""
+    """Result of ``beginContinuation``, ``beginOnError`` and ``beginStep``."""
 
     SKIP = 0
     RUN = 1
     RUNNING_ELSEWHERE = 2
+    #: ``beginStep`` only: skip it, and kick the next step again (its kick was lost).
+    KICK_NEXT = 3
 
 
 class Outcome(str, enum.Enum):

@@ -24,19 +24,31 @@
 
   Returns Begin.RUN: run it; Begin.SKIP: skip it (the chain is past this step,
   over, cancelled, or not this token's); Begin.RUNNING_ELSEWHERE: skip it
-  (another copy of the step is running). No record (expired): Begin.RUN, since
-  losing the work is worse than running it again.
+  (another copy of the step is running); Begin.KICK_NEXT: skip it, and kick
+  the next step again as the record keeps it: the chain moved past this step
+  a lease ago and no copy of the next step has begun (the advance landed and
+  its kick did not: Redis went away in between for longer than the hook's
+  retry_for, and this is the message coming back). It writes nothing, so
+  that a guard retried, or a copy left unacknowledged because its kick failed,
+  is told it again. No record (expired): Begin.RUN, since losing the work is
+  worse than running it again.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'run_step',
-  'run_until', 'run_attempt', 'run_by', 'run_released')
+  'run_until', 'run_attempt', 'run_by', 'run_released', 'updated')
 if not record[1] then
   return Begin.RUN
 end
-if record[1] ~= ARGV[1] or record[2] ~= 'running'
-    or tonumber(record[3]) ~= tonumber(ARGV[2]) then
+if record[1] ~= ARGV[1] or record[2] ~= 'running' then
   return Begin.SKIP
 end
 local now = now_ms()
+if tonumber(record[3]) ~= tonumber(ARGV[2]) then
+  if tonumber(record[3]) == tonumber(ARGV[2]) + 1 and record[4] ~= record[3]
+      and now - (tonumber(record[9]) or 0) >= tonumber(ARGV[5]) then
+    return Begin.KICK_NEXT
+  end
+  return Begin.SKIP
+end
 local attempt = tonumber(ARGV[3])
 local at_step = record[4] == ARGV[2]  -- a copy of this step began: its lease
 local recorded = at_step and (tonumber(record[6]) or 0) or 0
