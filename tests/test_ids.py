@@ -3,6 +3,7 @@ library derives, a group and a chain never share an id, and one id is looked up
 the same way everywhere.
 """
 
+import asyncio
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -33,10 +34,15 @@ from taskiq_fanin.domain.ids import (
     redriven_member_id,
     step_id,
 )
-from taskiq_fanin.errors import IdInUseError, InvalidChainIdError, InvalidGroupError
+from taskiq_fanin.errors import (
+    GroupPlanConflictError,
+    IdInUseError,
+    InvalidChainIdError,
+    InvalidGroupError,
+)
 from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState, GroupState
-from taskiq_fanin.storage.keys import ChainKeys
+from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
 from tests.harness import (
     DuplicatingMiddleware,
     SentMessages,
@@ -141,6 +147,52 @@ async def test_a_group_cannot_take_a_chains_id_and_nothing_is_written(
     finally:
         await broker.shutdown()
         await redis.aclose()
+
+
+async def test_a_group_id_planned_again_with_other_members_is_refused_as_it_runs(
+    redis_url: str, key_prefix: str
+) -> None:
+    """While the first plan's members run, and after its continuation ran (the
+    tombstone): the other plan kicks nothing and writes nothing; the same one
+    again is the same group."""
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+    results: list[list[str]] = []
+    release = asyncio.Event()
+
+    @broker.task
+    async def member(name: str) -> str:
+        await release.wait()  # running while the other plan comes
+        return name
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        results.append(result.results)
+
+    def plan(*names: str) -> Any:
+        members = [Signature.of(member, name) for name in names]
+        return group(members, then=then, group_id="photos")
+
+    keys = GroupKeys(key_prefix, "photos")
+    async with worker(broker, max_async_tasks=2) as receiver:
+        first = await plan("a", "b").kiq(broker)
+        running = await fanin.context.redis.hgetall(keys.plan)
+        assert len(running) == 2
+        with pytest.raises(GroupPlanConflictError, match="another id"):
+            await plan("a", "c").kiq(broker)
+        assert await fanin.context.redis.hgetall(keys.plan) == running
+        release.set()
+        await eventually(lambda: results == [["a", "b"]], what="the continuation")
+        await drained(broker, receiver)
+        kicked = len(sent.sent)
+        with pytest.raises(GroupPlanConflictError):
+            await plan("c").kiq(broker)
+        again = await plan("a", "b").kiq(broker)
+        await drained(broker, receiver)
+
+    assert (first.created, again.created) == (True, False)
+    assert len(sent.sent) == kicked  # neither kicked a member
+    assert results == [["a", "b"]]
 
 
 async def _legacy_twin(redis: Redis, prefix: str, chain_id: str, to: str) -> None:

@@ -2,11 +2,14 @@
 twice fans out once. On fakeredis (real Lua) with taskiq's InMemoryBroker.
 """
 
+from collections.abc import AsyncIterator
+
 import pytest
 from fakeredis.aioredis import FakeRedis
 from taskiq import BrokerMessage, InMemoryBroker
 
 from taskiq_fanin import FanInMiddleware, Signature, group, group_task
+from taskiq_fanin.errors import FanInError, GroupPlanConflictError
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.storage.keys import GroupKeys
 from tests.harness import eventually
@@ -76,6 +79,65 @@ async def test_planning_the_same_group_id_twice_fans_out_once(
     assert (first.created, second.created) == (True, False)
     assert broker.kicked == ["once~0", "once~1", "once~2"]
     assert (await second.status()).planned
+
+
+async def test_planning_a_group_id_again_with_other_members_is_refused_unwritten(
+    fanin: FanInMiddleware, fake_redis: FakeRedis
+) -> None:
+    broker = await started(FlakyBroker(fail_from=100), fanin)
+
+    @broker.task
+    async def member(index: int) -> None:
+        return None
+
+    await group([Signature.of(member, i) for i in range(3)], group_id="g").kiq(broker)
+    keys = GroupKeys("plan", "g")
+    meta, ledger = (
+        await fake_redis.hgetall(keys.meta),
+        await fake_redis.hgetall(keys.plan),
+    )
+
+    others = [
+        [Signature.of(member, i) for i in (0, 1, 3)],  # one member changed
+        [Signature.of(member, i) for i in range(4)],  # one more
+        [Signature.of(member, i) for i in range(2)],  # one fewer
+    ]
+    for members in others:
+        with pytest.raises(GroupPlanConflictError, match=r"'g' exists with other") as e:
+            await group(members, group_id="g").kiq(broker)
+        assert isinstance(e.value, FanInError)
+
+    assert broker.kicked == ["g~0", "g~1", "g~2"]
+    assert await fake_redis.hgetall(keys.meta) == meta
+    assert await fake_redis.hgetall(keys.plan) == ledger
+    # The same members again: the same group (a retried kiq()).
+    again = await group([Signature.of(member, i) for i in range(3)], group_id="g").kiq(
+        broker
+    )
+    assert again.created is False
+    assert broker.kicked == ["g~0", "g~1", "g~2"]
+
+
+async def test_a_streamed_group_planned_again_with_another_first_chunk_is_refused(
+    fanin: FanInMiddleware, fake_redis: FakeRedis
+) -> None:
+    broker = await started(FlakyBroker(fail_from=100), fanin)
+
+    @broker.task
+    async def member(index: int) -> None:
+        return None
+
+    async def members(values: range) -> AsyncIterator[Signature]:
+        for value in values:
+            yield Signature.of(member, value)
+
+    await group(members(range(3)), group_id="s").kiq(broker)
+    await group(members(range(3)), group_id="s").kiq(broker)  # the same plan
+    with pytest.raises(GroupPlanConflictError):
+        await group(members(range(1, 4)), group_id="s").kiq(broker)
+
+    assert broker.kicked == ["s~0", "s~1", "s~2"]
+    assert await fake_redis.hlen(GroupKeys("plan", "s").plan) == 3
 
 
 async def test_a_group_task_redelivered_plans_its_group_once(

@@ -5,6 +5,7 @@ Exported, every one, from ``taskiq_fanin.errors``. Where each is met:
 - **Bad input**, raised by the call that was given it *before* anything is
   written to Redis or sent to the broker, so nothing was half-done: the
   ``Invalid*Error`` s and ``GroupTooWideError``, ``IdInUseError``,
+  ``GroupPlanConflictError``,
   ``InvalidOptionError``, ``MemberNotSerializableError``,
   ``MemberTooLargeError``, ``ArgumentsMismatchError``, ``NotATaskError``,
   ``UnknownTaskError``, ``MiddlewareNotFoundError``, ``NestingTooDeepError``;
@@ -103,6 +104,20 @@ class IdInUseError(FanInError, ValueError):
     workflow_id: str
     #: What holds the id: ``group`` or ``chain``.
     holder: str
+
+
+class GroupPlanConflictError(FanInError, ValueError):
+    """A group id planned again with other members: refused, nothing written.
+
+    Planning the same members again (a retried ``kiq()``) is the same group.
+    """
+
+    __template__ = (
+        "Group {group_id} exists with other members: planning an id again with "
+        "the same members returns the group as it is, with others it is refused "
+        "(nothing was written or kicked); give the new group another id"
+    )
+    group_id: str
 
 
 class InvalidOptionError(FanInError, ValueError):

@@ -7,6 +7,7 @@ entries, whichever comes first: one ``createGroup`` or ``appendLedger`` call
 each, a millisecond or so of Redis's time.
 """
 
+import hashlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
@@ -33,6 +34,25 @@ class Chunk:
     entries: tuple[str, ...]
     #: No chunk follows.
     last: bool
+
+
+def digest(plan: GroupPlan, first: Chunk) -> str:
+    """What the plan's members are, kept in the meta to tell plans of one id apart.
+
+    Planning the id again with the same members (a ``kiq()`` retried, a step
+    kicked again) is the same plan; with others, it is refused
+    (``createGroup``'s ``OTHER_PLAN``).
+
+    A listed group's every member; a streamed group's first chunk (its later
+    ones are not known before the group is created).
+    """
+    entries = first.entries if plan.stream is not None else plan.ledger
+    hashed = hashlib.blake2b(digest_size=16)
+    hashed.update(str(len(entries)).encode())
+    for entry in entries:
+        hashed.update(b"\n")
+        hashed.update(entry.encode())
+    return hashed.hexdigest()
 
 
 async def chunks(ctx: FanInContext, plan: GroupPlan) -> AsyncGenerator[Chunk, None]:

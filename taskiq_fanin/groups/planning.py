@@ -20,7 +20,12 @@ from redis.exceptions import RedisError
 from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
 from taskiq_fanin.domain.config import ms
-from taskiq_fanin.domain.exceptions import GroupLostError, IdInUseError, shown
+from taskiq_fanin.domain.exceptions import (
+    GroupLostError,
+    GroupPlanConflictError,
+    IdInUseError,
+    shown,
+)
 from taskiq_fanin.domain.results import GroupState
 from taskiq_fanin.domain.signature import Signature
 from taskiq_fanin.domain.spec import ChainSpec
@@ -73,11 +78,16 @@ async def plan_group(
     parts = chunks if chunks is not None else ledger.chunks(ctx, plan)
     first = await anext(parts)  # a bad member in it raises: nothing is written
 
+    options = {
+        **meta_options(plan.options, depth=plan.depth),
+        "digest": ledger.digest(plan, first),
+    }
+
     def create() -> Awaitable[Creation]:
         return ctx.scripts.create_group(
             keys,
             token=plan.token,
-            options=meta_options(plan.options, depth=plan.depth),
+            options=options,
             members=first.entries,
             planner_lease_ms=ms(ctx.config.finaliser_lease),
             claimant=claimant,
@@ -92,7 +102,7 @@ async def plan_group(
     empty = first.last and not first.entries
     claimed = state == GroupState.CLAIMED.value and empty and ours
     in_hand: dict[int, Signature | ChainSpec] | None = None
-    if created in (Created.ID_IN_USE, Created.EXISTS):
+    if created in (Created.ID_IN_USE, Created.EXISTS, Created.OTHER_PLAN):
         await parts.aclose()
         await _not_created(ctx, plan.group_id, created, state, indexed=indexed)
         if claimed:  # planned by an earlier try, which did not finalise it
@@ -221,6 +231,8 @@ async def _not_created(
         raise IdInUseError(workflow_id=shown(group_id), holder="chain")
     if indexed and state in FINISHED:
         await group_index.remove(ctx, group_id)  # over: nothing to sweep
+    if created is Created.OTHER_PLAN:
+        raise GroupPlanConflictError(group_id=shown(group_id))
 
 
 async def take_over(

@@ -32,6 +32,8 @@ class Created(enum.IntEnum):
     EXISTS_UNPLANNED = 3
     #: A chain holds the id: nothing was written.
     ID_IN_USE = 4
+    #: A group of this id exists with other members: nothing was written.
+    OTHER_PLAN = 5
 
 
 class Started(enum.IntEnum):

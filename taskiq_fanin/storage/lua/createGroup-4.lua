@@ -18,7 +18,8 @@
                             span: ms to the deadline, ttl: ms every key lives,
                             depth, cancellable; sealed: 0 when appendLedger
                             writes further chunks, 1 or absent when this call
-                            is the whole ledger)
+                            is the whole ledger; digest: what the members
+                            are, to tell a plan tried again from another)
   ARGV[5 .. 4 + 2 * options]        name, value, name, value, ...
   ARGV[5 + 2 * options]             count: number of members in this chunk
   ARGV[6 + 2 * options .. ]         member 0 .. count - 1, serialized
@@ -32,13 +33,21 @@
   unplanned and either its planner died (it has not been planned a planner
   lease after its creation) or this is its planner again (the same token: a
   planner retrying), to write (if not sealed) and dispatch what it has not;
-  {Created.ID_IN_USE, '', ''} when a chain holds the id: nothing is written.
+  {Created.ID_IN_USE, '', ''} when a chain holds the id: nothing is written;
+  {Created.OTHER_PLAN, token, state} when the group exists with other members
+  (its digest is not this plan's; a group made before digests were is never
+  told apart): nothing is written.
   A fourth field says whether the ledger is sealed (1) or not (0).
 ]]
 local now = now_ms()
 local existing = redis.call('HMGET', KEYS[1],
-  'token', 'planned', 'created', 'state', 'planner_at', 'sealed')
+  'token', 'planned', 'created', 'state', 'planner_at', 'sealed', 'digest')
 if existing[1] then
+  for i = 5, 4 + 2 * tonumber(ARGV[4]), 2 do
+    if ARGV[i] == 'digest' and existing[7] and existing[7] ~= ARGV[i + 1] then
+      return {Created.OTHER_PLAN, existing[1], existing[4], existing[6] or '1'}
+    end
+  end
   -- The planner's lease runs from its last chunk written (or the creation).
   local last = tonumber(existing[5] or existing[3])
   local sealed = existing[6] or '1'
