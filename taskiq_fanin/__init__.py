@@ -10,6 +10,7 @@ own ``__all__``: ``taskiq_fanin.errors`` (every error), ``taskiq_fanin.models``
 report) and ``taskiq_fanin.inspection`` (status by kind, listings).
 """
 
+from taskiq_fanin.api.cancellation import is_cancelled, raise_if_cancelled
 from taskiq_fanin.api.chains import ChainHandle, chain
 from taskiq_fanin.api.control import cancel, status
 from taskiq_fanin.api.group_task import group_task
@@ -42,6 +43,8 @@ __all__ = [
     "group",
     "group_handle",
     "group_task",
+    "is_cancelled",
+    "raise_if_cancelled",
     "status",
     "sweep",
 ]

@@ -12,7 +12,7 @@ import secrets
 import socket
 from collections.abc import Awaitable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from taskiq import AsyncBroker, TaskiqMessage
@@ -35,6 +35,7 @@ from taskiq_fanin.transport.client import (
 from taskiq_fanin.transport.outcome_batching import OutcomeBatcher, OutcomeBatching
 from taskiq_fanin.transport.pipeline import PipelineBatcher
 from taskiq_fanin.transport.queue_kicks import kicking_broker, prompt_broker
+from taskiq_fanin.transport.recent_reads import RecentReads
 from taskiq_fanin.transport.replication import replication
 
 #: Who claims a finaliser's lease, for inspection.
@@ -124,6 +125,9 @@ class FanInContext:
     prompt: AsyncBroker | None
     #: Reads by-reference ``GroupResult`` s in pages.
     result_pages: ResultPageReader
+    #: Whether a workflow was cancelled, as read lately (``is_cancelled()``):
+    #: one read a second per workflow in this process, however many ask.
+    cancel_reads: RecentReads[bool] = field(default_factory=RecentReads)
 
     @classmethod
     async def open(

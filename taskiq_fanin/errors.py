@@ -29,10 +29,12 @@ from taskiq_fanin.domain.exceptions import (
     MiddlewareNotFoundError,
     NestingTooDeepError,
     NotATaskError,
+    NotInTaskBodyError,
     NotReplicatedError,
     RedisUnreachableError,
     RunningElsewhereError,
     UnknownTaskError,
+    WorkflowCancelledError,
 )
 
 __all__ = [
@@ -59,8 +61,10 @@ __all__ = [
     "MiddlewareNotFoundError",
     "NestingTooDeepError",
     "NotATaskError",
+    "NotInTaskBodyError",
     "NotReplicatedError",
     "RedisUnreachableError",
     "RunningElsewhereError",
     "UnknownTaskError",
+    "WorkflowCancelledError",
 ]

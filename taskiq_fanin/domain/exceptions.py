@@ -25,10 +25,13 @@ Exported, every one, from ``taskiq_fanin.errors``. Where each is met:
   (the sweep gave up on a stuck chain), both as the chain's error and in its
   ``ChainFailure``; ``ChainCancelledError``, a cancelled chain's outcome as a
   group member (``MemberError.type``).
+- **Inside a task body**: ``WorkflowCancelledError`` from
+  ``raise_if_cancelled()`` (the body stops; nothing of it is recorded);
+  ``NotInTaskBodyError`` from ``is_cancelled()`` asked outside a body.
 """
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from taskiq.exceptions import TaskiqError
+from taskiq.exceptions import NoResultError, TaskiqError
 
 #: The most characters of a value an error message shows.
 SHOWN_AT_MOST = 80
@@ -309,6 +312,30 @@ class ChainCancelledError(FanInError):
     """The outcome of a chain that was cancelled (recorded for a chain member)."""
 
     __template__ = "The chain was cancelled"
+
+
+class WorkflowCancelledError(FanInError, NoResultError):
+    """Raised by ``raise_if_cancelled()`` in a body whose group or chain was cancelled.
+
+    A ``NoResultError``, as taskiq reads one: no result is stored, and the retry
+    middlewares do not retry it. The body stopped for a cancel: nothing of it is
+    recorded, neither done nor failed, and the cancel's compensations run.
+    """
+
+    __template__ = "The {kind} {workflow_id} was cancelled: the body stopped there"
+    #: ``group`` or ``chain``.
+    kind: str
+    workflow_id: str
+
+
+class NotInTaskBodyError(FanInError, RuntimeError):
+    """A call that asks about the running task body, made where none runs."""
+
+    __template__ = (
+        "{call} asks about the task body running now, and none runs here: call "
+        "it inside a task's body, in a worker whose broker has FanInMiddleware"
+    )
+    call: str
 
 
 class ChainGivenUpError(FanInError, TimeoutError):

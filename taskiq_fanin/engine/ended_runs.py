@@ -6,7 +6,7 @@ after Redis was away. A member's outcome is made once, by the group engine,
 and handed back to it to record with the same delivery every try.
 """
 
-from taskiq_fanin.chains import error_continuation, progress, record
+from taskiq_fanin.chains import error_continuation, progress, record, saga
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
 from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.domain.labels import (
@@ -66,6 +66,12 @@ class EndedRun:
         cursor = ChainCursor.from_labels(labels)
         failed_chain = OnErrorRef.from_labels(labels)
         if self.ending is Ending.SKIPPED:
+            return
+        if self.ending is Ending.CANCELLED:
+            if cursor is not None:  # as a copy the guard skipped at the cancel
+                await saga.skipped(
+                    ctx, cursor, continuation=ref is not None, delivery=delivery
+                )
             return
         if self.ending is Ending.REPEATED:
             await self._release(ref, cursor, failed_chain)

@@ -23,6 +23,9 @@ class Ending(enum.Enum):
     REPEATED = "repeated"
     #: The body ran: its result, or its error, counts.
     RAN = "ran"
+    #: The body stopped itself at a cancel (``raise_if_cancelled()``): nothing
+    #: of it counts; what the cancel leaves open is closed.
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)

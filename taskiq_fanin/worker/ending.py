@@ -15,6 +15,7 @@ from typing import Any
 
 from taskiq import NoResultError, TaskiqMessage, TaskiqResult
 
+from taskiq_fanin.domain.exceptions import WorkflowCancelledError
 from taskiq_fanin.engine.events import Ending, RunEnded
 
 #: The label ``Context.requeue`` counts its sends in (taskiq's name for it).
@@ -56,7 +57,8 @@ def ended(
     """The engine's event for this run: how it ended, and the result that counts.
 
     A body that raised ``NoResultError`` itself (and did not requeue) succeeded
-    with ``None``, as taskiq stores no result for it.
+    with ``None``, as taskiq stores no result for it; one that raised
+    ``WorkflowCancelledError`` (a ``NoResultError``) stopped at a cancel.
     """
     if skipped:
         return RunEnded(message, Ending.SKIPPED, result)
@@ -65,6 +67,8 @@ def ended(
         return RunEnded(message, Ending.RAN, result)
     if error is not raised or message.labels.get(REQUEUE_LABEL) != _requeues.get():
         return RunEnded(message, Ending.REPEATED, result)
+    if isinstance(error, WorkflowCancelledError):
+        return RunEnded(message, Ending.CANCELLED, result)
     succeeded = TaskiqResult[Any](
         is_err=False,
         return_value=None,
