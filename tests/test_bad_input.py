@@ -110,6 +110,21 @@ async def test_bad_group_raises_a_typed_error_and_writes_nothing(
     assert str(raised.value)
 
 
+async def test_an_unknown_task_says_which_part_names_it_and_what_to_do(
+    fanin: FanInMiddleware,
+) -> None:
+    typo = member.task_name + "s"
+    with pytest.raises(UnknownTaskError) as near:
+        await group([*members(2), Signature.of(typo, 1)]).kiq(broker)
+    with pytest.raises(UnknownTaskError) as far:
+        await chain(members(1)[0], Signature.of("billing:charge")).kiq(broker)
+
+    assert f"named {typo!r} (member 2)" in str(near.value)
+    assert f"did you mean {member.task_name!r}?" in str(near.value)
+    assert "'billing:charge' (step 2 of the chain)" in str(far.value)
+    assert "decorate it with @broker.task on this broker" in str(far.value)
+
+
 async def test_a_serializable_argument_is_accepted(fanin: FanInMiddleware) -> None:
     handle = await group([Signature.of(member, datetime(2026, 1, 1))]).kiq(broker)
     status = await handle.status()

@@ -186,8 +186,16 @@ class NotATaskError(FanInError, TypeError):
 class UnknownTaskError(FanInError, LookupError):
     """A signature names a task the broker does not know."""
 
-    __template__ = "The broker knows no task named {task_name!r}"
+    __template__ = (
+        "The broker knows no task named {task_name!r} ({what}): every task of a "
+        "group or chain is kicked on the broker it is planned on, so register it "
+        "there ({fix})"
+    )
     task_name: str
+    #: Which: ``member 3``, ``the continuation then``, ``step 2 of the chain``...
+    what: str = "a signature"
+    #: What to do: the names it may have meant, or how tasks are registered.
+    fix: str = ""
 
 
 class MiddlewareNotFoundError(FanInError, LookupError):

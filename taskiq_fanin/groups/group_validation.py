@@ -8,6 +8,7 @@ checked through the context's ``check_chain`` port, by the chain engine
 has passed (invariant 8).
 """
 
+import difflib
 import secrets
 import uuid
 from collections.abc import AsyncIterator
@@ -181,16 +182,31 @@ def checked_member(
     return serialized(what, member, ctx.config.max_member_bytes)
 
 
+def unknown_task(ctx: FanInContext, task_name: str, what: str) -> UnknownTaskError:
+    """What a name the broker does not know is told: the names it may have meant."""
+    known = list(ctx.broker.get_all_tasks())
+    near = difflib.get_close_matches(task_name, known, n=3, cutoff=0.85)
+    if near:
+        fix = "did you mean " + " or ".join(repr(name) for name in near) + "?"
+    else:
+        fix = (
+            "decorate it with @broker.task on this broker, and import its module "
+            "where the group or chain is planned and in the worker; taskiq names "
+            "a task 'module:function'"
+        )
+    return UnknownTaskError(task_name=task_name, what=what, fix=fix)
+
+
 def check_task(
     ctx: FanInContext, what: str, sig: Signature, receives: str | None, *, bind: bool
 ) -> None:
     """The broker knows the task (and its compensation's); its arguments fit it."""
     task = ctx.broker.find_task(sig.task_name)
     if task is None:
-        raise UnknownTaskError(task_name=sig.task_name)
+        raise unknown_task(ctx, sig.task_name, what)
     undo = sig.compensation
     if undo is not None and ctx.broker.find_task(undo.task_name) is None:
-        raise UnknownTaskError(task_name=undo.task_name)
+        raise unknown_task(ctx, undo.task_name, f"the compensation of {what}")
     if bind:
         check_arguments(task, what, sig, receives=receives)
 
