@@ -16,7 +16,7 @@ from taskiq_fanin.api.control import cancel, status
 from taskiq_fanin.api.group_task import group_task
 from taskiq_fanin.api.groups import GroupHandle, group, group_handle
 from taskiq_fanin.api.sweep_task import sweep
-from taskiq_fanin.domain.exceptions import FanInError
+from taskiq_fanin.domain.exceptions import FanInError, Skip
 from taskiq_fanin.domain.group_result import GroupResult
 from taskiq_fanin.domain.results import (
     ChainFailure,
@@ -38,6 +38,7 @@ __all__ = [
     "GroupStatus",
     "MemberError",
     "Signature",
+    "Skip",
     "cancel",
     "chain",
     "group",

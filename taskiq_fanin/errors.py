@@ -33,6 +33,7 @@ from taskiq_fanin.domain.exceptions import (
     NotReplicatedError,
     RedisUnreachableError,
     RunningElsewhereError,
+    Skip,
     UnknownTaskError,
     WorkflowCancelledError,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "NotReplicatedError",
     "RedisUnreachableError",
     "RunningElsewhereError",
+    "Skip",
     "UnknownTaskError",
     "WorkflowCancelledError",
 ]

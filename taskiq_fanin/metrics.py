@@ -47,7 +47,7 @@ else:
     )
     MEMBERS_RECORDED = Counter(
         "taskiq_fanin_members_recorded_total",
-        "Member outcomes recorded, by outcome (done, failed).",
+        "Member outcomes recorded, by outcome (done, failed, skipped).",
         ["outcome"],
     )
     MEMBERS_REDRIVEN = Counter(
@@ -74,7 +74,8 @@ def record_sweep(kinds: Iterable[str], *, stuck: int) -> None:
 
 
 _RECORDED = {
-    outcome: MEMBERS_RECORDED.labels(outcome=outcome) for outcome in ("done", "failed")
+    outcome: MEMBERS_RECORDED.labels(outcome=outcome)
+    for outcome in ("done", "failed", "skipped")
 }
 
 

@@ -254,6 +254,34 @@ async def test_done_then_failed_is_refused(client: Redis, keys: GroupKeys) -> No
     assert await client.hget(keys.meta, "failed_count") == b"0"
 
 
+async def test_a_skip_counts_once_toward_the_group_and_is_neither_done_nor_failed(
+    client: Redis, keys: GroupKeys
+) -> None:
+    scripts = scripts_on(client)
+    await create(scripts, keys, total=3)
+    reason = '"not an image"'
+    assert await record(scripts, keys, 1, Outcome.SKIPPED, payload=reason) is (
+        Recorded.RECORDED
+    )
+    assert await record(scripts, keys, 1, Outcome.SKIPPED) is Recorded.DUPLICATE
+    assert await record(scripts, keys, 1, Outcome.FAILED) is Recorded.CONFLICT
+    assert await record(scripts, keys, 1, Outcome.DONE) is Recorded.DUPLICATE
+    await record(scripts, keys, 0, payload='{"w": 0}')
+    claimed, handed = await record_with_outcomes(
+        scripts, keys, 2, Outcome.FAILED, payload='{"type":"E","message":"m"}'
+    )
+    collected = await scripts.collect_outcomes(keys, token=TOKEN)
+
+    assert (claimed, handed) == (Recorded.CLAIMED, collected)
+    assert collected is not None
+    assert (collected.done_count, collected.skipped_count) == (2, 1)
+    assert collected.done == [0, 1]  # a skip is among the done ones ...
+    assert collected.skipped == {1: "not an image"}  # ... and says so
+    assert collected.errors == {2: {"type": "E", "message": "m"}}  # no skip
+    assert await client.hget(keys.meta, "failed_count") == b"1"
+    assert await client.hget(keys.meta, "skipped_count") == b"1"
+
+
 @pytest.mark.parametrize("index", [3, 99, -1])
 async def test_an_index_outside_the_ledger_is_not_a_member(
     client: Redis, keys: GroupKeys, index: int

@@ -103,6 +103,7 @@ def status_table(status: GroupStatus, now: datetime) -> Table:
         ("total", status.total),
         ("done", status.done),
         ("failed", status.failed),
+        ("skipped", status.skipped),
         ("lost", status.lost),
         ("pending", status.pending),
         ("in flight", status.in_flight),

@@ -336,6 +336,26 @@ class WorkflowCancelledError(FanInError, NoResultError):
     workflow_id: str
 
 
+class Skip(FanInError, NoResultError):  # noqa: N818 - a verdict, not a fault
+    """Raised by a member's body whose input is not for it: ``raise Skip("why")``.
+
+    The member is recorded once as skipped with its reason: it counts toward
+    its group, neither done nor failed (``failure_policy="fail"`` does not
+    fire), and shows in ``GroupResult.skipped`` and the group's status. A
+    ``NoResultError``, as taskiq reads one: the retry middlewares do not retry
+    it, and no result is stored. Outside a group member (a chain step), it is
+    the step's failure.
+    """
+
+    __template__ = "Skipped: {reason}"
+    reason: str
+
+    def __init__(self, reason: str = "", /, **fields: object) -> None:
+        # Pickling passes the message again beside the fields: the fields win.
+        fields.setdefault("reason", reason)
+        super().__init__(**fields)
+
+
 class NotInTaskBodyError(FanInError, RuntimeError):
     """A call that asks about the running task body, made where none runs."""
 

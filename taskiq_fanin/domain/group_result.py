@@ -22,8 +22,9 @@ from taskiq_fanin.domain.results import MemberError
 DEFAULT_PAGE_SIZE = 500
 
 #: What a page holds: results (of members that succeeded), failures (errors of
-#: members that failed for good) or lost members (the sweep gave up on them).
-PageKind = Literal["results", "failures", "lost"]
+#: members that failed for good), lost members (the sweep gave up on them) or
+#: skipped members' reasons (their bodies raised ``Skip``).
+PageKind = Literal["results", "failures", "lost", "skipped"]
 
 
 class ResultPages(Protocol):
@@ -66,6 +67,7 @@ class ResultsReference(BaseModel):
     done: int
     failed: int
     lost: int = 0
+    skipped: int = 0
 
 
 class GroupResult(BaseModel):
@@ -75,8 +77,8 @@ class GroupResult(BaseModel):
     the results of the members that succeeded, in member order, and
     ``succeeded`` their indexes in the same order. By reference
     (``by_reference``), those, ``failed`` and ``lost`` are empty and the counts
-    are kept: read the entries with ``iter_results()``, ``iter_failures()`` and
-    ``iter_lost()``, which work on both kinds.
+    are kept: read the entries with ``iter_results()``, ``iter_failures()``,
+    ``iter_lost()`` and ``iter_skipped()``, which work on both kinds.
     """
 
     group_id: str
@@ -85,6 +87,8 @@ class GroupResult(BaseModel):
     results: list[Any] = Field(default_factory=list)
     failed: dict[int, MemberError] = Field(default_factory=dict)
     lost: list[int] = Field(default_factory=list)
+    #: Members whose bodies raised ``Skip``: index -> its reason.
+    skipped: dict[int, str] = Field(default_factory=dict)
     #: Set when the results stay in Redis (a big group).
     reference: ResultsReference | None = None
 
@@ -109,6 +113,12 @@ class GroupResult(BaseModel):
     def lost_count(self) -> int:
         """How many members the sweep gave up on."""
         return self.reference.lost if self.reference else len(self.lost)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def skipped_count(self) -> int:
+        """How many members were skipped (their bodies raised ``Skip``)."""
+        return self.reference.skipped if self.reference else len(self.skipped)
 
     @property
     def ok(self) -> bool:
@@ -164,6 +174,19 @@ class GroupResult(BaseModel):
             return
         async for index, _ in self._paged("lost", self.lost_count, page_size, broker):
             yield index
+
+    async def iter_skipped(
+        self, *, page_size: int = DEFAULT_PAGE_SIZE, broker: object | None = None
+    ) -> AsyncIterator[tuple[int, str]]:
+        """``(index, reason)`` of each member that was skipped, in member order."""
+        if self.reference is None:
+            for item in sorted(self.skipped.items()):
+                yield item
+            return
+        async for index, reason in self._paged(
+            "skipped", self.skipped_count, page_size, broker
+        ):
+            yield index, reason
 
     async def _paged(
         self, kind: PageKind, expected: int, page_size: int, broker: object | None

@@ -86,6 +86,9 @@ class GroupStatus(BaseModel):
     total: int = 0
     done: int = 0
     failed: int = 0
+    #: Members whose bodies raised ``Skip``: counted toward the group,
+    #: neither done nor failed.
+    skipped: int = 0
     lost: int = 0
     failure_policy: FailurePolicy | None = None
     sweep_policy: SweepPolicy | None = None
@@ -111,7 +114,7 @@ class GroupStatus(BaseModel):
     @property
     def pending(self) -> int:
         """Members planned but with no outcome yet."""
-        return max(self.total - self.done - self.failed - self.lost, 0)
+        return max(self.total - self.done - self.failed - self.skipped - self.lost, 0)
 
     def age_seconds(self, now: datetime | None = None) -> float | None:
         """Seconds since creation, at ``now`` (default: when read).

@@ -31,18 +31,22 @@ def build_result(
     if collected.by_reference:
         reference = ResultsReference(
             token=token,
-            done=collected.done_count,
+            done=collected.done_count - collected.skipped_count,
             failed=collected.failed_count,
             lost=collected.lost_count,
+            skipped=collected.skipped_count,
         )
         return GroupResult(
             group_id=group_id, total=collected.total, reference=reference
         )
+    # Skipped members are among the done ones: not succeeded.
+    succeeded = [index for index in collected.done if index not in collected.skipped]
     return GroupResult(
         group_id=group_id,
         total=collected.total,
-        succeeded=collected.done,
-        results=[collected.results.get(index) for index in collected.done],
+        succeeded=succeeded,
+        results=[collected.results.get(index) for index in succeeded],
+        skipped={index: str(reason) for index, reason in collected.skipped.items()},
         failed={
             index: MemberError.model_validate(collected.errors[index])
             if index in collected.errors

@@ -61,8 +61,9 @@ def status_from_meta(
         group_id=group_id,
         state=meta.state,
         total=meta.total,
-        done=meta.done,
+        done=meta.done - meta.skipped,  # the meta counts a skip among the done
         failed=meta.failed,
+        skipped=meta.skipped,
         lost=meta.lost,
         failure_policy=meta.failure_policy,
         sweep_policy=meta.sweep_policy,

@@ -5,6 +5,7 @@ worker, a chain's end), and handed to :func:`record`. The member whose outcome
 completes its group finalises it.
 """
 
+import json
 import logging
 import time
 from typing import Any
@@ -15,6 +16,7 @@ from taskiq import TaskiqResult
 from taskiq_fanin import metrics
 from taskiq_fanin.context import CLAIMANT, FanInContext
 from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.exceptions import Skip
 from taskiq_fanin.domain.labels import MemberRef
 from taskiq_fanin.domain.results import MemberError
 from taskiq_fanin.groups import window
@@ -69,6 +71,8 @@ def outcome_of(
 ) -> tuple[Outcome, str]:
     """A member's outcome and its payload (result or error) as the group keeps it."""
     limit = ctx.config.max_result_bytes
+    if isinstance(result.error, Skip):  # its reason, cut as an error's message is
+        return Outcome.SKIPPED, json.dumps(result.error.reason[:limit])
     if result.is_err:
         return Outcome.FAILED, error_payload(result.error, limit)
     return Outcome.DONE, result_payload(result.return_value, limit, ref)

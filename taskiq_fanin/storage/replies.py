@@ -6,7 +6,7 @@ into the prelude (``REPLY_CODES``): a script answers ``Recorded.CLAIMED``.
 
 import enum
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from taskiq_fanin.storage.rechecks import Lost
@@ -60,6 +60,8 @@ class Outcome(str, enum.Enum):
 
     DONE = "done"
     FAILED = "failed"
+    #: Its body raised ``Skip``: counted toward the group, neither done nor failed.
+    SKIPPED = "skipped"
 
 
 class Recorded(enum.IntEnum):
@@ -242,13 +244,22 @@ class CollectedOutcomes:
     failed: list[int]
     results: dict[int, Any]
     errors: dict[int, Any]
+    #: Skipped members are in ``done`` and ``done_count`` too: these say which.
+    skipped_count: int = 0
+    #: Each skipped member's reason (inline only).
+    skipped: dict[int, Any] = field(default_factory=dict)
+
+
+#: The field a skipped member's reason is kept under in the errors hash.
+SKIP_FIELD = "s"
 
 
 def collected(reply: list[Any]) -> CollectedOutcomes:
     """``collectOutcomes``'s reply (also what ``recordOutcome`` hands a claimant)."""
     head, by_reference, done_count, failed_count, lost_count, lost = reply[:6]
-    total, then, on_error, failure_policy, state, deadline = head
+    total, then, on_error, failure_policy, state, deadline, *more = head
     done, failed, results, errors = reply[6:]
+    failures, skips = _failures_and_skips(errors)
     return CollectedOutcomes(
         total=int(total),
         then=text(then),
@@ -264,7 +275,9 @@ def collected(reply: list[Any]) -> CollectedOutcomes:
         done=sorted(int(member) for member in done),
         failed=sorted(int(member) for member in failed),
         results=_json_by_index(results),
-        errors=_json_by_index(errors),
+        errors=_json_by_index(failures),
+        skipped_count=int(more[0] or 0) if more else 0,
+        skipped=_json_by_index(skips),
     )
 
 
@@ -294,6 +307,21 @@ def redriven(reply: list[Any]) -> Redriven:
         redrives=int(redrives),
         over=bool(over),
     )
+
+
+def _failures_and_skips(
+    flat: list[bytes | str],
+) -> tuple[list[bytes | str], list[bytes | str]]:
+    """The errors hash, flat: the failures (by index), the skip reasons ('s<index>')."""
+    failures: list[bytes | str] = []
+    skips: list[bytes | str] = []
+    for name, value in zip(flat[::2], flat[1::2], strict=True):
+        field_name = text(name)
+        if field_name.startswith(SKIP_FIELD):
+            skips += [field_name.removeprefix(SKIP_FIELD), value]
+        else:
+            failures += [name, value]
+    return failures, skips
 
 
 def _json_by_index(flat: list[bytes | str]) -> dict[int, Any]:

@@ -19,6 +19,7 @@ from taskiq_fanin.domain.results import MemberError
 from taskiq_fanin.storage.keys import GroupKeys, group_keys
 from taskiq_fanin.storage.records import GroupMeta
 from taskiq_fanin.storage.records.fields import text
+from taskiq_fanin.storage.replies import SKIP_FIELD
 from taskiq_fanin.transport.pipeline import PipelineBatcher
 
 _TOKEN = GroupMeta.stored_as("token")
@@ -27,11 +28,33 @@ _TOKEN = GroupMeta.stored_as("token")
 def _decoded(kind: PageKind, index: int, raw: object) -> tuple[int, Any]:
     if kind == "results":
         return index, json.loads(text(raw)) if raw else None
+    if kind == "skipped":
+        return index, json.loads(text(raw)) if raw else ""
     if kind == "failures":
         if not raw:
             return index, MemberError(type="UnknownError", message="")
         return index, MemberError.model_validate_json(text(raw))
     return index, None
+
+
+def _fields(kind: PageKind, indexes: list[int]) -> list[str] | list[int]:
+    """The payload fields of ``indexes``: a skip's reason is under 's<index>'."""
+    if kind == "skipped":
+        return [f"{SKIP_FIELD}{index}" for index in indexes]
+    return indexes
+
+
+def _kept(kind: PageKind, value: object, skip: object) -> bool:
+    """Whether a member of the set read belongs to the page.
+
+    A done member that was skipped has no result; one with no reason was not
+    skipped.
+    """
+    if kind == "results":
+        return skip is None
+    if kind == "skipped":
+        return value is not None
+    return True
 
 
 class ResultPageReader:
@@ -59,16 +82,19 @@ class ResultPageReader:
                 if is_lost
             ]  # fmt: skip
         members, payloads = self._of(keys, kind)
-        found, present, raw = await asyncio.gather(
+        found, present, raw, skips = await asyncio.gather(
             send(lambda pipe: pipe.hget(keys.meta, _TOKEN)),
             send(lambda pipe: pipe.smismember(members, indexes)),
-            send(lambda pipe: pipe.hmget(payloads, indexes)),
+            send(lambda pipe: pipe.hmget(payloads, _fields(kind, indexes))),
+            self._skips(keys, kind, indexes),
         )
         self._check(group_id, token, found)
         return [
             _decoded(kind, index, value)
-            for index, there, value in zip(indexes, present, raw, strict=True)
-            if there
+            for index, there, value, skip in zip(
+                indexes, present, raw, skips, strict=True
+            )
+            if there and _kept(kind, value, skip)
         ]
 
     async def every(
@@ -93,16 +119,31 @@ class ResultPageReader:
         ordered = sorted(int(index) for index in indexes)
         if not ordered:
             return []
-        raw = await send(lambda pipe: pipe.hmget(payloads, ordered))
+        raw, skips = await asyncio.gather(
+            send(lambda pipe: pipe.hmget(payloads, _fields(kind, ordered))),
+            self._skips(keys, kind, ordered),
+        )
         return [
             _decoded(kind, index, value)
-            for index, value in zip(ordered, raw, strict=True)
+            for index, value, skip in zip(ordered, raw, skips, strict=True)
+            if _kept(kind, value, skip)
         ]
+
+    async def _skips(
+        self, keys: GroupKeys, kind: PageKind, indexes: list[int]
+    ) -> list[object]:
+        """Of the done members asked for results: the skipped ones' reasons."""
+        if kind != "results":
+            return [None] * len(indexes)
+        fields = _fields("skipped", indexes)
+        return list(await self._pipeline(lambda pipe: pipe.hmget(keys.errors, fields)))
 
     @staticmethod
     def _of(keys: GroupKeys, kind: PageKind) -> tuple[str, str]:
         if kind == "results":
             return keys.done, keys.results
+        if kind == "skipped":  # skipped members are among the done ones
+            return keys.done, keys.errors
         return keys.failed, keys.errors
 
     @staticmethod

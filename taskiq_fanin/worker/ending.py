@@ -15,7 +15,7 @@ from typing import Any
 
 from taskiq import NoResultError, TaskiqMessage, TaskiqResult
 
-from taskiq_fanin.domain.exceptions import WorkflowCancelledError
+from taskiq_fanin.domain.exceptions import Skip, WorkflowCancelledError
 from taskiq_fanin.engine.events import Ending, RunEnded
 
 #: The label ``Context.requeue`` counts its sends in (taskiq's name for it).
@@ -58,7 +58,8 @@ def ended(
 
     A body that raised ``NoResultError`` itself (and did not requeue) succeeded
     with ``None``, as taskiq stores no result for it; one that raised
-    ``WorkflowCancelledError`` (a ``NoResultError``) stopped at a cancel.
+    ``WorkflowCancelledError`` (a ``NoResultError``) stopped at a cancel, and
+    one that raised ``Skip`` (one too) ran, its error saying it skipped.
     """
     if skipped:
         return RunEnded(message, Ending.SKIPPED, result)
@@ -69,6 +70,8 @@ def ended(
         return RunEnded(message, Ending.REPEATED, result)
     if isinstance(error, WorkflowCancelledError):
         return RunEnded(message, Ending.CANCELLED, result)
+    if isinstance(error, Skip):  # its error says so: recorded skipped
+        return RunEnded(message, Ending.RAN, result)
     succeeded = TaskiqResult[Any](
         is_err=False,
         return_value=None,

@@ -11,18 +11,21 @@
   ARGV[1] token
 
   Returns {} when the group is missing or the token differs, else
-  {{total, then, on_error, policy, state, span}, by reference (1 | 0),
-   done count, failed count, lost count, lost members, done members,
+  {{total, then, on_error, policy, state, span, skipped count}, by reference
+   (1 | 0), done count, failed count, lost count, lost members, done members,
    failed members, results (flat field/value list),
    errors (flat field/value list)}: by reference, the five lists are empty.
+  Skipped members are among the done ones (and in the done count), their
+  reasons in the errors hash under 's<index>' (recordOutcome).
 ]]
 local meta = redis.call('HMGET', KEYS[1],
   'token', 'total', 'then', 'on_error', 'policy', 'state', 'span',
-  'done_count', 'failed_count', 'lost_count', 'inline_max', 'expires', 'ttl')
+  'done_count', 'failed_count', 'lost_count', 'inline_max', 'expires', 'ttl',
+  'skipped_count')
 if meta[1] ~= ARGV[1] then
   return {}
 end
-local head = {meta[2], meta[3], meta[4], meta[5], meta[6], meta[7]}
+local head = {meta[2], meta[3], meta[4], meta[5], meta[6], meta[7], meta[14] or 0}
 local done, failed, lost = tonumber(meta[8]) or 0, tonumber(meta[9]) or 0,
   tonumber(meta[10]) or 0
 if by_reference(meta[2], meta[11]) then

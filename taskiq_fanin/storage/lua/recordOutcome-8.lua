@@ -38,8 +38,14 @@
   ARGV[3] claimant  who claims: the lease holds '<claimant>#<delivery>'
   then per member, four arguments:
     index     the member's index in the ledger
-    outcome   'done' | 'failed'
-    payload   result (done) or error summary (failed) as JSON; '' for none
+    outcome   'done' | 'failed' | 'skipped'
+    payload   result (done), error summary (failed) or reason (skipped) as
+              JSON; '' for none
+
+  A skipped member (its body raised Skip) counts toward the group as a done
+  one does (in the done set and count, never in the failed ones), and is
+  counted again in the meta's skipped_count; its reason goes in the errors
+  hash under 's<index>', where no failure's field can be.
     delivery  this delivery of the member (random), the same when it retries
 
   Returns {codes, collected, outstanding}: a code per member, in order:
@@ -76,9 +82,23 @@ end
 local total = tonumber(meta[3])
 local state = meta[2]
 local counts = {done = tonumber(meta[5]) or 0, failed = tonumber(meta[6]) or 0}
-local sets = {done = KEYS[2], failed = KEYS[3]}
-local payloads = {done = KEYS[4], failed = KEYS[5]}
-local other = {done = 'failed', failed = 'done'}
+local sets = {done = KEYS[2], failed = KEYS[3], skipped = KEYS[2]}
+local payloads = {done = KEYS[4], failed = KEYS[5], skipped = KEYS[5]}
+local other = {done = 'failed', failed = 'done', skipped = 'failed'}
+-- Which count an outcome is counted in, and its payload's field.
+local counted = {done = 'done', failed = 'failed', skipped = 'done'}
+local function field(outcome, index)
+  if outcome == 'skipped' then return 's' .. index end
+  return index
+end
+local function count(outcome)
+  if outcome == 'skipped' then
+    redis.call('HINCRBY', KEYS[1], 'skipped_count', 1)
+  end
+  local name = counted[outcome]
+  counts[name] = redis.call('HINCRBY', KEYS[1], name .. '_count', 1)
+  return counts[name]
+end
 local holder = nil
 local window = tonumber(meta[7]) or 0
 local kicks, kicking, now, moved = {}, false, nil, false
@@ -152,7 +172,7 @@ for i = 1, members do
     elseif redis.call('SADD', sets[outcome], index) == 0 then
       codes[i] = Recorded.DUPLICATE
     else
-      counts[outcome] = redis.call('HINCRBY', KEYS[1], outcome .. '_count', 1)
+      count(outcome)
       local tombstone = redis.call('PTTL', KEYS[1])
       if tombstone > 0 then redis.call('PEXPIRE', sets[outcome], tombstone) end
     end
@@ -174,12 +194,11 @@ for i = 1, members do
     if window > 0 then release_again(i, index, delivery) end
   else
     -- Counted at once: should a later call fail, sets and counts still agree.
-    counts[outcome] = redis.call('HINCRBY', KEYS[1], outcome .. '_count', 1)
-    if counts[outcome] == 1 then
+    if count(outcome) == 1 then
       redis.call('PEXPIREAT', sets[outcome], meta[4])
     end
     if payload ~= '' then
-      redis.call('HSET', payloads[outcome], index, payload)
+      redis.call('HSET', payloads[outcome], field(outcome, index), payload)
       redis.call('PEXPIREAT', payloads[outcome], meta[4])
     end
     codes[i] = Recorded.RECORDED
@@ -207,8 +226,8 @@ for i = 1, members do handed = handed or codes[i] == Recorded.CLAIMED end
 if handed then
   -- Claimed by an outcome, never given up: no member is lost.
   local more = redis.call('HMGET', KEYS[1], 'then', 'on_error', 'policy', 'span',
-    'inline_max', 'ttl')
-  local head = {meta[3], more[1], more[2], more[3], 'claimed', more[4]}
+    'inline_max', 'ttl', 'skipped_count')
+  local head = {meta[3], more[1], more[2], more[3], 'claimed', more[4], more[7] or 0}
   if by_reference(total, more[5]) then
     keep_for_reading(KEYS[1], {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, meta[4], more[6])
     collected = {head, 1, counts.done, counts.failed, 0, {}, {}, {}, {}, {}}

@@ -39,10 +39,12 @@ class GroupMeta:
         "total": "total",
         "done": "done_count",
         "failed": "failed_count",
+        "skipped": "skipped_count",
         "lost": "lost_count",
         "lost_next": "lost_next",
         "planned": "planned",
         "sealed": "sealed",
+        "digest": "digest",
         "planner_at": "planner_at",
         "redrives": "redrives",
         "redrive_next": "redrive_next",
@@ -80,8 +82,10 @@ class GroupMeta:
     token: str = ""
     state: GroupState = GroupState.MISSING
     total: int = 0
+    #: Members done, the skipped ones among them (``skipped``).
     done: int = 0
     failed: int = 0
+    skipped: int = 0
     #: How many members the sweep gave up on (their indexes are in the group's
     #: lost set: the meta stays small, whatever the group's width).
     lost: int = 0
@@ -91,6 +95,9 @@ class GroupMeta:
     planned: bool = False
     #: The ledger takes no more chunks (every member written; none is kicked before).
     sealed: bool = False
+    #: What its members are (``groups/ledger.py``'s ``digest``): planning the id
+    #: again with others is refused; '' in a group made before digests were.
+    digest: str = ""
     #: When the planner last wrote a chunk: its lease runs from then.
     planner_at: int | None = None
     redrives: int = 0
@@ -157,10 +164,12 @@ class GroupMeta:
             total=as_int(f, "total"),
             done=as_int(f, "done_count"),
             failed=as_int(f, "failed_count"),
+            skipped=as_int(f, "skipped_count"),
             lost=as_int(f, "lost_count"),
             lost_next=as_int(f, "lost_next"),
             planned=f.get("planned") == "1",
             sealed=f.get("sealed", "1") == "1",
+            digest=f.get("digest", ""),
             planner_at=as_time(f, "planner_at"),
             redrives=as_int(f, "redrives"),
             redrive_next=as_int(f, "redrive_next"),
