@@ -104,6 +104,17 @@ class CheckChain(Protocol):
         """
 
 
+class CancelChain(Protocol):
+    """Cancels a chain that is a member of a group (the chain engine does).
+
+    A group's cancel reaches the chains among its members through this,
+    plugged in by the middleware, as they are started through :class:`StartChain`.
+    """
+
+    def __call__(self, ctx: "FanInContext", chain_id: str) -> Awaitable[bool]:
+        """Cancel the chain if it runs; False if it does not (over, or unknown)."""
+
+
 @dataclass(frozen=True)
 class FanInContext:
     """Config, Redis client, typed scripts and the kicker of one started broker."""
@@ -116,6 +127,7 @@ class FanInContext:
     chain_scripts: ChainScripts
     start_chain: StartChain
     check_chain: CheckChain
+    cancel_chain: CancelChain
     #: The user's broker; ``None`` for a middleware on its own (the CLI's), which
     #: reads and sweeps but kicks nothing.
     on_broker: AsyncBroker | None
@@ -139,6 +151,7 @@ class FanInContext:
         cluster: bool = False,
         start_chain: StartChain,
         check_chain: CheckChain,
+        cancel_chain: CancelChain,
         batching: OutcomeBatching | None = None,
     ) -> "FanInContext":
         """Connect (for a URL), check Redis answers, register the scripts.
@@ -177,6 +190,7 @@ class FanInContext:
             chain_scripts=ChainScripts(client, pipeline),
             start_chain=start_chain,
             check_chain=check_chain,
+            cancel_chain=cancel_chain,
             on_broker=broker,
             pipelined=pipelined,
             prompt=prompt_broker(pipelined) if pipelined is not None else None,

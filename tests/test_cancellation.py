@@ -27,7 +27,9 @@ from taskiq_fanin.errors import (
     WorkflowCancelledError,
 )
 from taskiq_fanin.groups import continuation
+from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState, GroupState
+from taskiq_fanin.storage.keys import GroupKeys
 from tests.harness import chain_reached, drained, eventually, stream_broker, worker
 
 MEMBERS = 3
@@ -173,3 +175,81 @@ def test_the_cancel_error_is_one_taskiq_does_not_retry() -> None:
     assert isinstance(error, NoResultError)
     assert isinstance(error, FanInError)
     assert str(error) == "The group 'video' was cancelled: the body stopped there"
+
+
+@pytest.mark.parametrize(
+    "half_way", [False, True], ids=["one-call", "after-a-dead-call"]
+)
+async def test_cancelling_a_group_of_chains_stops_every_chain(
+    redis_url: str, key_prefix: str, half_way: bool
+) -> None:
+    """Each chain is at its long second step when the group is cancelled: no
+    chain runs its third step, each undoes its first, and the group's
+    continuation never runs. ``after-a-dead-call``: an earlier call cancelled
+    the group and died before its chains; the next call carries them out."""
+    broker, fanin = stream_broker(redis_url, key_prefix)
+    journal: list[str] = []
+    release = asyncio.Event()
+    thens: list[GroupResult] = []
+
+    @broker.task
+    async def fetch(name: str) -> str:
+        journal.append(f"fetch {name}")
+        return name
+
+    @broker.task
+    async def forget(name: str) -> None:
+        journal.append(f"forget {name}")
+
+    @broker.task
+    async def encode(name: str) -> str:
+        journal.append(f"encode {name}")
+        await release.wait()
+        return name
+
+    @broker.task
+    async def publish(name: str) -> None:
+        journal.append(f"publish {name}")
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        thens.append(result)
+
+    names = [f"clip{i}" for i in range(MEMBERS)]
+    chains = [
+        chain(
+            Signature.of(fetch, name).with_compensation(Signature.of(forget, name)),
+            Signature.of(encode),
+            Signature.of(publish),
+        )
+        for name in names
+    ]
+    async with worker(broker, max_async_tasks=2 * MEMBERS) as receiver:
+        await group(chains, then=then, group_id="batch").kiq(broker)
+        await eventually(
+            lambda: sum(e.startswith("encode") for e in journal) == MEMBERS,
+            what="every chain at its long step",
+        )
+        if half_way:
+            keys = GroupKeys(key_prefix, "batch")
+            assert await fanin.context.scripts.cancel_group(keys, tombstone_ms=60_000)
+        assert await cancel(broker, "batch") is not half_way
+        release.set()
+        for i in range(MEMBERS):
+            await eventually(
+                lambda i=i: chain_reached(fanin, f"batch~{i}~undo", ChainState.DONE),
+                what=f"chain {i}'s compensations",
+            )
+        await drained(broker, receiver)
+        states = [
+            (await chain_status(fanin, f"batch~{i}")).state for i in range(MEMBERS)
+        ]
+        status = await group_status(fanin, "batch")
+
+    assert states == [ChainState.CANCELLED] * MEMBERS
+    assert not [e for e in journal if e.startswith("publish")]
+    assert sorted(e for e in journal if e.startswith("forget")) == [
+        f"forget {name}" for name in names
+    ]
+    assert thens == []
+    assert status.state is GroupState.CANCELLED

@@ -11,7 +11,7 @@ back.
 
 from taskiq import AsyncBroker
 
-from taskiq_fanin.chains import chain_validation, launch, tasks
+from taskiq_fanin.chains import chain_validation, launch, saga, tasks
 from taskiq_fanin.context import FanInContext, enter_run, leave_run, new_delivery
 from taskiq_fanin.domain.config import FanInConfig
 from taskiq_fanin.domain.exceptions import RunningElsewhereError
@@ -56,6 +56,7 @@ class Runs:
             cluster=cluster,
             start_chain=launch.start_member,
             check_chain=chain_validation.validate_chain,
+            cancel_chain=saga.cancel,
             batching=batching,
         )
         return cls(ctx)

@@ -8,9 +8,11 @@ import asyncio
 
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.domain.config import ms
+from taskiq_fanin.domain.ids import member_task_id, redriven_member_id
 from taskiq_fanin.domain.labels import ContinuationRef, MemberRef
 from taskiq_fanin.domain.results import GroupState
-from taskiq_fanin.groups import group_index
+from taskiq_fanin.domain.spec import ChainSpec
+from taskiq_fanin.groups import group_index, ledger
 from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.storage.records import GroupMeta, read_fields
 from taskiq_fanin.storage.replies import Begin
@@ -77,14 +79,46 @@ async def complete_unrun(ctx: FanInContext, group_id: str) -> None:
 
 
 async def cancel_group(ctx: FanInContext, group_id: str) -> bool:
-    """Cancel an open group: no continuation runs. False if it is not open."""
+    """Cancel an open group: no continuation runs. False if it is not open.
+
+    The chains among its members that still run are cancelled too, whether
+    the group was cancelled now or by a call that died half-way.
+    """
     keys = GroupKeys(ctx.config.prefix, group_id)
     cancelled = await ctx.scripts.cancel_group(
         keys, tombstone_ms=ms(ctx.config.tombstone_ttl)
     )
     if cancelled:
         await group_index.remove(ctx, group_id)
+    await _cancel_running_chains(ctx, keys)
     return cancelled
+
+
+async def _cancel_running_chains(ctx: FanInContext, keys: GroupKeys) -> None:
+    """Cancel the chains among a cancelled group's members with no outcome yet.
+
+    Read from its ledger, kept a tombstone's time after the cancel; a member
+    re-driven by the sweep may have started again under ``~r<n>``: each is asked.
+    """
+    meta = await read_fields(
+        ctx.redis, keys.meta, GroupMeta, "state", "total", "redrives"
+    )
+    if meta.state is not GroupState.CANCELLED:
+        return
+    async for page in ledger.undispatched(ctx, keys, meta.total):
+        chain_ids = [
+            chain_id
+            for index, member in page.items()
+            if isinstance(member, ChainSpec)
+            for chain_id in _chain_ids(keys.group_id, index, meta.redrives)
+        ]
+        await asyncio.gather(*(ctx.cancel_chain(ctx, c) for c in chain_ids))
+
+
+def _chain_ids(group_id: str, index: int, redrives: int) -> list[str]:
+    """Every id a member that is a chain may have run under."""
+    first = member_task_id(group_id, index)
+    return [first, *(redriven_member_id(first, n) for n in range(1, redrives + 1))]
 
 
 async def is_cancelled(ctx: FanInContext, ref: MemberRef) -> bool:
