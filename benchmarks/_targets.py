@@ -64,6 +64,19 @@ def deadlock_checks(data: dict[str, Any]) -> list[Check]:
                 all(s == goal for s in samples),
             )
         )
+    guarded = data.get("guarded")
+    if guarded is not None:
+        result.append(
+            Check(
+                "deadlock",
+                f"waiting, guard on, {guarded['slots']} slots: refused",
+                f"{guarded['albums']} of {guarded['albums']}",
+                f"{guarded['refused']} ({', '.join(guarded['errors'])}) in "
+                f"{guarded['seconds_to_last_refusal']:.3f} s",
+                guarded["refused"] == guarded["albums"]
+                and guarded["errors"] == ["WaitingInsideTaskError"],
+            )
+        )
     # fakeredis runs in the benchmark's process: its times say little.
     timed = data.get("redis") != "fakeredis"
     # The fan-in against the hop any parent costs (the target), and both

@@ -44,7 +44,9 @@ LEGEND = (
     "deadlock: waiting = parents await their children; fanin = @group_task;"
     " parent = parents that only kick their children (the hop any parent"
     " costs); baseline = the children alone. Seconds: from the first kick to"
-    " the last album (none finished: to the last parent giving up)."
+    " the last album (none finished: to the last parent giving up). Waiting"
+    " parents run with no guard (no middleware); once more with the"
+    " middleware's waiting_guard on, each is refused at once."
 )
 #: Seconds the untimed warm-up burst may take.
 WARMUP_TIMEOUT = 60.0
@@ -68,7 +70,7 @@ class Options:
     @property
     def steps(self) -> int:
         """Runs, for the progress bar."""
-        return len(PATTERNS + REFERENCE_PATTERNS) * len(self.slots) * self.repeats
+        return len(PATTERNS + REFERENCE_PATTERNS) * len(self.slots) * self.repeats + 1
 
     @property
     def children(self) -> int:
@@ -214,6 +216,47 @@ async def one_run(
         return await _outcome(run, pattern, albums, started)
 
 
+async def guarded_run(provider: RedisProvider, options: Options) -> dict[str, Any]:
+    """The waiting parents once more, on a worker with the middleware's guard on.
+
+    ``waiting_guard="raise"`` (the default): each parent's ``wait_result()``
+    raises ``WaitingInsideTaskError`` at once, and its children run on; the
+    runs above are the pattern with no guard (no middleware on their worker).
+    """
+    slots = min(options.slots)
+    settings = new_settings(
+        provider.url, "dlg", fanin_url=provider.url, results=True, waiting_guard="raise"
+    )
+    tasks = app.build(settings, burst=True)
+    async with worker_run(
+        APP,
+        tasks.broker,
+        settings,
+        max_async_tasks=slots,
+        results_dir=options.results_dir,
+        label="deadlock-guarded",
+    ) as run:
+        albums = options.albums
+
+        async def refused() -> bool:
+            return await run.client.hlen(settings.record("refused")) >= albums
+
+        started = time.time()
+        await _kick(tasks, "waiting", albums)
+        run.entries += albums * ENTRIES_PER_ALBUM["waiting"]
+        await wait_until(refused, timeout=options.timeout, check=run.worker.check_alive)
+        stamps = await run.record("refused")
+        await run.drain(options.timeout, "deadlock, guarded")
+    errors = sorted({key.split(":")[1] for key in stamps})
+    return {
+        "slots": slots,
+        "albums": albums,
+        "refused": len(stamps),
+        "errors": errors,
+        "seconds_to_last_refusal": round(max(stamps.values()) - started, 4),
+    }
+
+
 def _phases(results: Sequence[Outcome]) -> dict[str, float | None]:
     """Medians of when the first resize began and the last one ended."""
     phases: dict[str, float | None] = {}
@@ -274,8 +317,11 @@ async def run(
             outcome = await one_run(provider, options, pattern, slots, label)
             outcomes[pattern, slots].append(outcome)
             steps.advance()
+    steps.now("waiting parents, the middleware's guard on")
+    guarded = await guarded_run(provider, options)
+    steps.advance()
     steps.finish()
-    return {**summarize(options, outcomes), "redis": provider.kind}
+    return {**summarize(options, outcomes), "guarded": guarded, "redis": provider.kind}
 
 
 BENCHMARK = Benchmark(

@@ -35,6 +35,7 @@ from taskiq_fanin.domain.exceptions import (
     RunningElsewhereError,
     Skip,
     UnknownTaskError,
+    WaitingInsideTaskError,
     WorkflowCancelledError,
 )
 
@@ -68,5 +69,6 @@ __all__ = [
     "RunningElsewhereError",
     "Skip",
     "UnknownTaskError",
+    "WaitingInsideTaskError",
     "WorkflowCancelledError",
 ]

@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     SWEEP_FINDINGS: Any = _NoMetric()
     STUCK_GROUPS: Any = _NoMetric()
     DISPATCH_LATENCY: Any = _NoMetric()
+    WAITING_SECONDS: Any = _NoMetric()
 else:
     GROUPS_PLANNED = Counter(
         "taskiq_fanin_groups_planned_total", "Groups planned and dispatched."
@@ -64,6 +65,13 @@ else:
         "taskiq_fanin_continuation_dispatch_seconds",
         "From the claim of the last member to the continuation's dispatch.",
     )
+    WAITING_SECONDS = Histogram(
+        "taskiq_fanin_waiting_seconds",
+        "Time task bodies spent awaiting other tasks' results in a worker "
+        "(the waiting-parent pattern), by the waiting task's name.",
+        ["task_name"],
+        buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300),
+    )
 
 
 def record_sweep(kinds: Iterable[str], *, stuck: int) -> None:
@@ -82,3 +90,8 @@ _RECORDED = {
 def member_recorded(outcome: str) -> None:
     """Count one recorded member outcome (the labelled child is looked up once)."""
     _RECORDED[outcome].inc()
+
+
+def waited(task_name: str, seconds: float) -> None:
+    """A task body spent ``seconds`` awaiting another task's result."""
+    WAITING_SECONDS.labels(task_name=task_name).observe(seconds)

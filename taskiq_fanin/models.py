@@ -8,7 +8,7 @@ values they and ``group(...)`` refer to, and the types ``group(...)`` and
 
 from taskiq_fanin.api.chains import Chain
 from taskiq_fanin.api.groups import Group
-from taskiq_fanin.domain.config import Durability, FanInConfig
+from taskiq_fanin.domain.config import Durability, FanInConfig, WaitingGuard
 from taskiq_fanin.domain.options import GroupOptions
 from taskiq_fanin.domain.results import (
     ChainState,
@@ -31,4 +31,5 @@ __all__ = [
     "OnErrorState",
     "OutcomeBatching",
     "SweepPolicy",
+    "WaitingGuard",
 ]

@@ -51,6 +51,8 @@ class AppSettings:
     wait_timeout: float = 5.0
     #: The FanInMiddleware's ``durability`` (``replicated``: WAIT for a replica).
     durability: str = "acknowledged"
+    #: The FanInMiddleware's ``waiting_guard`` (a body awaiting another's result).
+    waiting_guard: str = "raise"
 
     @property
     def fanin_prefix(self) -> str:
@@ -134,6 +136,7 @@ def make_broker(
                 settings.fanin_url,
                 prefix=settings.fanin_prefix,
                 durability=settings.durability,
+                waiting_guard=settings.waiting_guard,
             )
         )
     if chain:

@@ -15,6 +15,7 @@ from taskiq.exceptions import TaskiqResultTimeoutError
 
 from benchmarks.apps.common import App, AppSettings
 from taskiq_fanin import GroupResult, Signature, group, group_task
+from taskiq_fanin.errors import WaitingInsideTaskError
 
 #: Resize jobs per album, as in the seed.
 IMAGES = 5
@@ -41,6 +42,9 @@ def build(settings: AppSettings, *, burst: bool = False) -> App:
                 await child.wait_result(timeout=settings.wait_timeout)
         except TaskiqResultTimeoutError:
             await app.stamp("gave_up", album)
+            return
+        except WaitingInsideTaskError as refused:  # the middleware's guard on
+            await app.stamp("refused", f"{album}:{type(refused).__name__}")
             return
         await app.stamp("albums", album)
 

@@ -74,6 +74,17 @@ class Durability(str, enum.Enum):
     REPLICATED = "replicated"
 
 
+class WaitingGuard(str, enum.Enum):
+    """What a task body that awaits another task's result in a worker meets."""
+
+    #: ``WaitingInsideTaskError`` at once (as Celery's ``disable_sync_subtasks``).
+    RAISE = "raise"
+    #: A warning in the log; the wait goes on (its time is observed).
+    WARN = "warn"
+    #: Nothing (its time is observed all the same).
+    OFF = "off"
+
+
 #: A duration as the options take it: seconds, or a ``timedelta``.
 Duration = float | timedelta
 
@@ -184,6 +195,9 @@ class FanInConfig(BaseModel):
     replicas: Positive = DEFAULT_REPLICAS
     #: ... within this many seconds (``WAIT``), below ``socket_timeout``.
     replication_timeout: Seconds = DEFAULT_REPLICATION_TIMEOUT
+    #: A task body awaiting another task's result in a worker (``wait_result()``,
+    #: or the result backend's readiness): ``raise``, ``warn`` or ``off``.
+    waiting_guard: WaitingGuard = WaitingGuard.RAISE
 
     @field_validator("prefix")
     @classmethod
@@ -238,3 +252,4 @@ class FanInOptions(TypedDict, total=False):
     durability: Durability | str
     replicas: int
     replication_timeout: Duration
+    waiting_guard: WaitingGuard | str

@@ -356,6 +356,24 @@ class Skip(FanInError, NoResultError):  # noqa: N818 - a verdict, not a fault
         super().__init__(**fields)
 
 
+class WaitingInsideTaskError(FanInError, RuntimeError):
+    """A task body awaited another task's result inside a worker.
+
+    It holds its slot while the other runs: with every slot so held nothing
+    runs, and the worker deadlocks. Raised by the waiting-parent guard.
+    """
+
+    __template__ = (
+        "Task {task_name} awaits the result of task {awaited} inside a worker: "
+        "a body that waits on another holds its slot, and a worker whose slots "
+        "all wait deadlocks. Run what needs the result after it instead, with "
+        "group(..., then=...) or chain(...) (or set FanInMiddleware(waiting_guard="
+        "'warn' or 'off') to allow it)"
+    )
+    task_name: str
+    awaited: str
+
+
 class NotInTaskBodyError(FanInError, RuntimeError):
     """A call that asks about the running task body, made where none runs."""
 

@@ -19,7 +19,7 @@ from taskiq_fanin.engine.runs import Runs, register_tasks
 from taskiq_fanin.storage.result_pages import ResultPageReader
 from taskiq_fanin.transport.client import RedisClient
 from taskiq_fanin.transport.outcome_batching import OutcomeBatching
-from taskiq_fanin.worker import ending, skipping
+from taskiq_fanin.worker import ending, skipping, waiting_guard
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -93,6 +93,7 @@ class FanInMiddleware(TaskiqMiddleware):
                 cluster=self._cluster,
                 batching=self._batching,
             )
+            waiting_guard.install(self.broker)
 
     async def shutdown(self) -> None:
         """Close the connection this middleware opened (never a caller's client)."""
