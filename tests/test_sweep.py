@@ -708,7 +708,11 @@ async def test_a_chain_whose_next_step_was_lost_is_reported_then_redriven(
 
     (finding,) = reported.findings
     assert (finding.group_id, finding.kind) == ("video", FindingKind.CHAIN_STUCK)
-    assert finding.note == f"at step 2 of 2 ({transcode.task_name})"
+    assert finding.started is False
+    assert finding.note.startswith(
+        f"at step 2 of 2 ({transcode.task_name}); never started: no worker ran "
+        f"{transcode.task_name}"
+    )
     assert reported.stuck == [finding]
     assert [(f.action, f.applied) for f in redriven.findings] == [
         (SweepAction.REDRIVE, True)
@@ -769,6 +773,9 @@ async def test_a_chain_step_whose_copy_was_lost_is_redriven_as_the_next_attempt(
     assert [(f.action, f.applied) for f in redriven.findings] == [
         (SweepAction.REDRIVE, True)
     ]
+    (finding,) = redriven.findings
+    assert finding.started is True  # apart from a step that never started
+    assert finding.note.endswith("a copy of it began and never finished")
     kicked = sent.of_task(transcode.task_name)[-1]  # the sweep's
     assert int(kicked.labels["_retries"]) == 1
     assert not takes_over(kicked.labels)

@@ -121,8 +121,11 @@ async def test_a_chain_at_a_step_no_worker_knows_is_not_redriven_and_given_up_on
             assert finding.kind is FindingKind.CHAIN_STUCK
             assert finding.applied is False
             assert finding.unknown_tasks == [UNKNOWN]
+            assert finding.started is False  # kicked, dropped unrun by the worker
             assert finding.note == (
-                f"at step 2 of 2 ({UNKNOWN}); not re-driven: "
+                f"at step 2 of 2 ({UNKNOWN}); never started: no worker ran "
+                f"{UNKNOWN} (a worker that does not know a task drops its "
+                "messages unrun: is it deployed?); not re-driven: "
                 f"task '{UNKNOWN}' unknown to this broker"
             )
             assert finding.redrives == 0  # no re-drive spent on nothing kicked

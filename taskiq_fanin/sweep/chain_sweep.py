@@ -22,6 +22,7 @@ from taskiq_fanin.context import FanInContext, new_delivery
 from taskiq_fanin.domain.config import ms
 from taskiq_fanin.domain.exceptions import ChainGivenUpError
 from taskiq_fanin.domain.results import ChainState, SweepPolicy
+from taskiq_fanin.domain.signature import Signature
 from taskiq_fanin.storage.keys import ChainKeys
 from taskiq_fanin.storage.records import ChainRecord
 from taskiq_fanin.sweep import known
@@ -77,17 +78,46 @@ async def judge_chain(
     )
     if state is ChainState.FAILING:
         finding.kind, finding.action = FindingKind.CHAIN_FAILING, SweepAction.FINISH
-    elif known.tasks_checked(ctx) and chain.pending:
-        kick = PendingStep.model_validate_json(chain.pending)
-        finding.unknown_tasks = known.unknown_in_step(ctx, kick.step)
-        if finding.unknown_tasks:
-            left = "not re-driven: " if finding.action is SweepAction.REDRIVE else ""
-            finding.note += f"; {left}{known.unknown_note(finding.unknown_tasks)}"
+    elif chain.pending:
+        _look_at_step(ctx, finding, chain, name)
     if dry_run:
         return finding
     stuck_ms = now - updated_at
     await _act(ctx, chain_id, finding, chain, step_name=name, stuck_ms=stuck_ms)
     return finding
+
+
+def _look_at_step(
+    ctx: FanInContext, finding: Finding, chain: ChainRecord, name: str
+) -> None:
+    """What the stuck step is: whether it ever began, and tasks none here knows."""
+    kick = PendingStep.model_validate_json(chain.pending)
+    _started(finding, chain, kick, name)
+    if known.tasks_checked(ctx):
+        finding.unknown_tasks = known.unknown_in_step(ctx, kick.step)
+    if finding.unknown_tasks:
+        left = "not re-driven: " if finding.action is SweepAction.REDRIVE else ""
+        finding.note += f"; {left}{known.unknown_note(finding.unknown_tasks)}"
+
+
+def _started(
+    finding: Finding, chain: ChainRecord, kick: PendingStep, name: str
+) -> None:
+    """Whether the stuck task step ever began: lost in flight, or never run.
+
+    A worker that does not know a message's task drops it without running any
+    middleware: such a step never starts, however often it is kicked.
+    """
+    if not isinstance(kick.step, Signature):
+        return  # a group step: its own group is judged
+    finding.started = chain.run_step == chain.step
+    if finding.started:
+        finding.note += "; a copy of it began and never finished"
+    else:
+        finding.note += (
+            f"; never started: no worker ran {name} (a worker that does not "
+            "know a task drops its messages unrun: is it deployed?)"
+        )
 
 
 async def _due_at(

@@ -75,6 +75,10 @@ class Finding(BaseModel):
     #: Tasks the sweep's broker does not know (its workers would drop them):
     #: the members or the chain step that run them were not re-driven.
     unknown_tasks: list[str] = Field(default_factory=list)
+    #: Of a chain stuck at a task step: whether a copy of it ever began
+    #: (``False``: kicked and never started, as when no worker knows its task:
+    #: taskiq drops such a message unrun); ``None`` for anything else.
+    started: bool | None = None
     note: str = ""
 
     def capped(self, not_again: str, used: str) -> None:
