@@ -98,6 +98,10 @@ def members(count: int) -> list[Signature]:
             InvalidGroupError,
         ),
         (lambda: group([chain(Signature.of("no.such:task"))]), UnknownTaskError),
+        (lambda: group(members(2), version=""), InvalidOptionError),
+        (lambda: group(members(2), version="v" * 65), InvalidOptionError),
+        (lambda: chain(members(1)[0], version=""), InvalidOptionError),
+        (lambda: chain(members(1)[0], version=3), InvalidOptionError),
     ],
 )
 async def test_bad_group_raises_a_typed_error_and_writes_nothing(

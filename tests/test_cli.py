@@ -64,7 +64,12 @@ class App:
         await self.fanin.post_execute(message, result)
 
     async def chain(
-        self, chain_id: str, *, done: int = 0, on_error: Signature | None = None
+        self,
+        chain_id: str,
+        *,
+        done: int = 0,
+        on_error: Signature | None = None,
+        version: str | None = None,
     ) -> str:
         """A chain probe -> resize -> publish whose first ``done`` steps ended."""
         steps = [
@@ -72,9 +77,9 @@ class App:
             Signature.of(RESIZE, 0).immutable(),
             Signature.of(PUBLISH).immutable(),
         ]
-        handle = await chain(*steps, on_error=on_error, chain_id=chain_id).kiq(
-            self.broker
-        )
+        handle = await chain(
+            *steps, on_error=on_error, chain_id=chain_id, version=version
+        ).kiq(self.broker)
         for index in range(done):
             await self.finish(handle.chain_id, index)
         return handle.chain_id
@@ -335,6 +340,35 @@ async def test_list_shows_every_open_group_and_stuck_only_the_overdue_one(
     assert (by_id[late]["overdue"], by_id[on_time]["overdue"]) == (True, False)
     assert (by_id[late]["done"], by_id[late]["pending"]) == (1, 2)
     assert [group["group_id"] for group in stuck.json()] == [late]
+
+
+async def test_list_chains_counts_the_running_chains_by_version(app) -> None:
+    """Chains started by two versions of the code, and one by none: an
+    operator sees when no chain runs version 2 any more."""
+    await app.chain("v2-a", version="2")
+    await app.chain("v3-a", version="3", done=1)
+    await app.chain("v3-b", version="3")
+    await app.chain("none")
+    group_id = await app.plan(2, version="7")
+
+    listed = await run_cli("list", "--chains", *app.options)
+    documents = await run_cli("list", "--chains", "--json", *app.options)
+    shown = await run_cli("status", "v3-a", "--json", *app.options)
+    group_shown = await run_cli("status", group_id, "--json", *app.options)
+
+    assert listed.code == documents.code == 0, listed.stderr
+    assert "By version" in listed.stdout
+    counted = {
+        line.split()[0]: line.split()[1]
+        for line in listed.stdout.split("By version", 1)[1].splitlines()
+        if line.strip() and line.split()[0] in ("2", "3", "-")
+    }
+    assert counted == {"2": "1", "3": "2", "-": "1"}
+    assert group_id not in listed.stdout  # chains only
+    by_id = {chain["chain_id"]: chain["version"] for chain in documents.json()}
+    assert by_id == {"v2-a": "2", "v3-a": "3", "v3-b": "3", "none": None}
+    assert shown.json()["version"] == "3"
+    assert group_shown.json()["version"] == "7"
 
 
 async def test_a_dry_run_sweep_reports_the_missing_members_and_writes_nothing(

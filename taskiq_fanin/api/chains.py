@@ -9,7 +9,8 @@ from taskiq_fanin.api.checks import wrong_kind
 from taskiq_fanin.api.retries import cancel_chain_riding, riding
 from taskiq_fanin.chains import launch, record
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.domain.exceptions import InvalidChainError
+from taskiq_fanin.domain.exceptions import InvalidChainError, InvalidOptionError, shown
+from taskiq_fanin.domain.options import MAX_VERSION
 from taskiq_fanin.domain.results import ChainStatus
 from taskiq_fanin.domain.signature import Signature, TaskRef, as_signature
 from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
@@ -68,6 +69,7 @@ def chain(
     *steps: Signature | GroupSpec,
     on_error: TaskRef | Signature | None = None,
     chain_id: str | None = None,
+    version: str | None = None,
 ) -> Chain:
     """Describe a chain; nothing is written until it is kicked on a broker.
 
@@ -77,7 +79,8 @@ def chain(
     ``then``, ``on_error`` or ``group_id``): the next step receives its
     ``GroupResult``. If a step fails for good, ``on_error`` receives a
     ``ChainFailure`` and the compensations of the completed steps
-    (``Signature.with_compensation``) run in reverse order.
+    (``Signature.with_compensation``) run in reverse order. ``version``: which
+    version of the code started it, kept on its record and shown by its status.
     """
     for index, step in enumerate(steps):
         if not isinstance(step, Signature | GroupSpec):
@@ -92,8 +95,17 @@ def chain(
                 reason=f"step {index + 1} is a group of members from an iterator: "
                 "a chain keeps its steps' members in its plan, give it a list"
             )
+    if version is not None and not (
+        isinstance(version, str) and 1 <= len(version) <= MAX_VERSION
+    ):
+        raise InvalidOptionError(
+            name="version",
+            value=shown(version),
+            reason=f"a string of 1 to {MAX_VERSION} characters",
+        )
     return Chain.model_construct(
         steps=steps,
         on_error=as_signature(on_error) if on_error is not None else None,
         chain_id=chain_id,
+        version=version,
     )

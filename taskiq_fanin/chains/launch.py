@@ -74,6 +74,7 @@ async def start(
         pending=pending_json(cursor, first, NOTHING),
         deadline_ms=ms(ctx.config.deadline),
         member=cursor.member or "",
+        version=spec.version or "",
     )
     if started is Started.ID_IN_USE:
         if indexed:

@@ -95,6 +95,7 @@ def status_from_record(
         failures=found.failures,
         on_error_state=on_error_state(found),
         due=due,
+        version=found.version or None,
         read_at=read_at,
     )
 

@@ -25,6 +25,7 @@ from taskiq_fanin.cli.output import (
     status_table,
     sweep_summary,
     sweep_table,
+    versions_table,
 )
 from taskiq_fanin.cli.parser import ExitCode, NotFoundError, UsageError
 from taskiq_fanin.domain.config import DEFAULT_PREFIX
@@ -106,14 +107,15 @@ async def _status(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
 async def _list(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
     now = await _redis_now(fanin)
     options = {"stuck": args.stuck, "limit": args.limit, "now": now}
-    groups = await list_groups(fanin, **options)
+    groups = [] if args.chains else await list_groups(fanin, **options)
     chains = await list_chains(fanin, **options)
     which, prefix = ("stuck" if args.stuck else "open"), fanin.config.prefix
+    kinds = "chains" if args.chains else "groups or chains"
     if args.json:
         documents = [status_doc(status, now) for status in groups]
         print_json(documents + [chain_doc(status, now) for status in chains])
     elif not groups and not chains:
-        print(f"No {which} groups or chains under {prefix!r}.")
+        print(f"No {which} {kinds} under {prefix!r}.")
     else:
         tables: list[RenderableType] = []
         if groups:
@@ -122,6 +124,8 @@ async def _list(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
         if chains:
             title = f"{which.capitalize()} chains under {prefix!r}"
             tables.append(chain_list_table(chains, now, title))
+        if chains and args.chains:
+            tables.append(versions_table(chains, "By version"))
         print_table(Group(*tables))
     return ExitCode.OK
 

@@ -2,6 +2,7 @@
 
 import json
 import sys
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
@@ -104,6 +105,7 @@ def status_table(status: GroupStatus, now: datetime) -> Table:
         ("done", status.done),
         ("failed", status.failed),
         ("skipped", status.skipped),
+        ("version", status.version or "-"),
         ("lost", status.lost),
         ("pending", status.pending),
         ("in flight", status.in_flight),
@@ -172,6 +174,8 @@ def chain_table(status: ChainStatus, now: datetime) -> RenderableType:
     ]
     if status.on_error_state is not OnErrorState.NONE:
         rows.append(("on error", status.on_error_state.value))
+    if status.version is not None:
+        rows.append(("version", status.version))
     for name, value in rows:
         fields.add_row(name, value)
     steps = Table(box=box.SIMPLE_HEAD)
@@ -211,6 +215,7 @@ def chain_list_table(statuses: list[ChainStatus], now: datetime, title: str) -> 
     table.add_column("chain", no_wrap=True)  # whole, to be copied
     table.add_column("state")
     table.add_column("step")
+    table.add_column("version")
     for header in ("age", "overdue"):
         table.add_column(header, justify="right")
     for status in statuses:
@@ -222,9 +227,21 @@ def chain_list_table(statuses: list[ChainStatus], now: datetime, title: str) -> 
             status.chain_id,
             status.state.value,
             _step(status, status.step),
+            status.version or "-",
             _duration(age),
             late,
         )
+    return table
+
+
+def versions_table(statuses: list[ChainStatus], title: str) -> Table:
+    """How many of the chains listed run each version: may an old one go?"""
+    counted = Counter(status.version or "-" for status in statuses)
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table.add_column("version")
+    table.add_column("chains", justify="right")
+    for version, number in sorted(counted.items()):
+        table.add_row(version, str(number))
     return table
 
 

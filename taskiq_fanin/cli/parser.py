@@ -158,6 +158,11 @@ def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
         default=DEFAULT_LIST_LIMIT,
         help="at most N groups and N chains",
     )
+    listing.add_argument(
+        "--chains",
+        action="store_true",
+        help="only chains, with how many run each version (may an old handler go?)",
+    )
     sweeping = command("sweep", "find the groups and chains that stopped moving")
     modes = sweeping.add_mutually_exclusive_group()
     for flag, text in (

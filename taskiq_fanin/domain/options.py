@@ -32,6 +32,10 @@ def _in_seconds(value: Any) -> Any:
 Seconds = Annotated[float, BeforeValidator(_in_seconds), Field(gt=0)]
 
 
+#: The longest ``version`` a group or a chain may carry.
+MAX_VERSION = 64
+
+
 class GroupOptions(BaseModel):
     """How one group behaves; an option left ``None`` takes the middleware's."""
 
@@ -59,6 +63,9 @@ class GroupOptions(BaseModel):
     #: kicks the first ones, and each recorded outcome kicks the next
     #: (``None``: every member is kicked at planning).
     max_in_flight: int | None = Field(default=None, gt=0, strict=True)
+    #: Which version of the code planned it, kept on its record and shown by
+    #: its status (an operator sees when an old handler may be removed).
+    version: str | None = Field(default=None, min_length=1, max_length=MAX_VERSION)
 
     @field_validator("then", "on_error", mode="before")
     @classmethod
@@ -127,3 +134,4 @@ class GroupOptionsArgs(TypedDict, total=False):
     cancellable: bool
     results_inline_max: int | None
     max_in_flight: int | None
+    version: str | None

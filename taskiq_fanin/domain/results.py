@@ -107,6 +107,8 @@ class GroupStatus(BaseModel):
     #: members of a windowed group waiting for a place in its window.
     in_flight: int = 0
     waiting: int = 0
+    #: The version it was planned with (``group(..., version=...)``).
+    version: str | None = None
     #: Redis's clock when this was read: what its age and ``overdue()`` go by.
     read_at: datetime | None = None
 
@@ -216,6 +218,8 @@ class ChainStatus(BaseModel):
     #: windowed group's deadline slides), that group's deadline (the sweep's
     #: ``chain_stuck`` from then on).
     due: datetime | None = None
+    #: The version it was started with (``chain(..., version=...)``).
+    version: str | None = None
     #: Redis's clock when this was read: what its age and ``overdue()`` go by.
     read_at: datetime | None = None
 

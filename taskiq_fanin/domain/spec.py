@@ -7,9 +7,16 @@ chain; a chain may be a member of a group.
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Tag, TypeAdapter
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+)
 
-from taskiq_fanin.domain.options import GroupOptions
+from taskiq_fanin.domain.options import MAX_VERSION, GroupOptions
 from taskiq_fanin.domain.signature import Signature
 
 
@@ -45,6 +52,9 @@ class ChainSpec(BaseModel):
     #: Go on past a step that fails for good (its failure recorded) instead of
     #: stopping: how compensations run, each attempted whatever came before.
     keep_going: bool = False
+    #: Which version of the code started it, kept on its record, shown by its
+    #: status and counted by ``taskiq-fanin list --chains``.
+    version: str | None = Field(default=None, min_length=1, max_length=MAX_VERSION)
 
 
 #: A step of a chain: a task, or a group whose continuation is the next step.

@@ -75,6 +75,7 @@ def status_from_meta(
         max_in_flight=meta.max_in_flight,
         in_flight=meta.in_flight,
         waiting=meta.waiting,
+        version=meta.version or None,
         read_at=read_at,
     )
 

@@ -54,14 +54,25 @@ class ChainScripts:
         pending: str,
         deadline_ms: int,
         member: str = "",
+        version: str = "",
     ) -> Started:
         """Create the record, unless the chain exists or a group holds the id.
 
         ``ID_IN_USE``: a group holds it, nothing was written.
         ``deadline_ms``: how long a step may take (kept as ``ChainRecord.deadline_ms``);
-        ``member``: the label of the group member the chain is, if it is one.
+        ``member``: the label of the group member the chain is, if it is one;
+        ``version``: the one it was started with, if any.
         """
-        args: Args = [token, steps, names, ttl_ms, pending, deadline_ms, member]
+        args: Args = [
+            token,
+            steps,
+            names,
+            ttl_ms,
+            pending,
+            deadline_ms,
+            member,
+            version,
+        ]
         group_meta = GroupKeys(keys.prefix, keys.chain_id).meta
         reply = await self._scripts["startChain"](
             keys=[keys.record, group_meta], args=args

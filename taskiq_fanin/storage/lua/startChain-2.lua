@@ -5,7 +5,7 @@
   KEYS[1] record   hash: token, state, step, steps, names, started, updated,
                    finished, span, pending, error, failed_step, failure:<step>, redrives,
                    run_step, run_until, run_attempt, member, outcome, payload,
-                   step_undo
+                   step_undo, version
   KEYS[2] meta     of a group of the same id: a group and a chain cannot share
                    an id (same hash tag, same slot)
 
@@ -17,6 +17,7 @@
   ARGV[6] span     ms a step may take before the chain counts as stuck (and a
                    step's run lease)
   ARGV[7] member   the label of the group member the chain is, or ''
+  ARGV[8] version  the version it was started with, or ''
 
   Returns Started.CREATED when created, or when this is its starter again (the
   same token: a caller retrying, its reply lost or its write not replicated)
@@ -40,6 +41,9 @@ redis.call('HSET', KEYS[1], 'token', ARGV[1], 'state', 'running', 'step', 0,
   'pending', ARGV[5], 'span', ARGV[6], 'redrives', 0)
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[1], 'member', ARGV[7])
+end
+if ARGV[8] and ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[1], 'version', ARGV[8])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return Started.CREATED

@@ -54,6 +54,7 @@ class ChainRecord:
         "on_error_retry_by": "on_error_retry_by",
         "on_error_redrives": "on_error_redrives",
         "settled": "settled",
+        "version": "version",
     }
 
     token: str = ""
@@ -111,6 +112,8 @@ class ChainRecord:
     on_error_redrives: int = 0
     #: The sweep settled its end once (``markSettled``): a watched chain's.
     settled: bool = False
+    #: The version it was started with ('' for none).
+    version: str = ""
 
     @classmethod
     def from_hash(cls, raw: RawHash) -> "ChainRecord":
@@ -155,6 +158,7 @@ class ChainRecord:
             on_error_retry_by=as_int(f, "on_error_retry_by"),
             on_error_redrives=as_int(f, "on_error_redrives"),
             settled=bool(f.get("settled")),
+            version=f.get("version", ""),
         )
 
     @property

@@ -45,6 +45,7 @@ class GroupMeta:
         "planned": "planned",
         "sealed": "sealed",
         "digest": "digest",
+        "version": "version",
         "planner_at": "planner_at",
         "redrives": "redrives",
         "redrive_next": "redrive_next",
@@ -98,6 +99,8 @@ class GroupMeta:
     #: What its members are (``groups/ledger.py``'s ``digest``): planning the id
     #: again with others is refused; '' in a group made before digests were.
     digest: str = ""
+    #: The version it was planned with ('' for none).
+    version: str = ""
     #: When the planner last wrote a chunk: its lease runs from then.
     planner_at: int | None = None
     redrives: int = 0
@@ -170,6 +173,7 @@ class GroupMeta:
             planned=f.get("planned") == "1",
             sealed=f.get("sealed", "1") == "1",
             digest=f.get("digest", ""),
+            version=f.get("version", ""),
             planner_at=as_time(f, "planner_at"),
             redrives=as_int(f, "redrives"),
             redrive_next=as_int(f, "redrive_next"),
@@ -267,6 +271,7 @@ META_FIELDS: dict[str, tuple[str, Callable[[Any], str | int]]] = {
     "cancellable": ("cancellable", int),
     "results_inline_max": ("inline_max", int),
     "max_in_flight": ("max_in_flight", lambda most: most or 0),
+    "version": ("version", lambda version: version or ""),
 }
 
 
