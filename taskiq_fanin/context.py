@@ -10,12 +10,13 @@ import itertools
 import os
 import secrets
 import socket
+import weakref
 from collections.abc import Awaitable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-from taskiq import AsyncBroker, TaskiqMessage
+from taskiq import AsyncBroker, AsyncTaskiqDecoratedTask, TaskiqMessage
 
 from taskiq_fanin.domain.config import FanInConfig
 from taskiq_fanin.domain.exceptions import MiddlewareNotFoundError
@@ -37,6 +38,18 @@ from taskiq_fanin.transport.pipeline import PipelineBatcher
 from taskiq_fanin.transport.queue_kicks import kicking_broker, prompt_broker
 from taskiq_fanin.transport.recent_reads import RecentReads
 from taskiq_fanin.transport.replication import replication
+
+#: The brokers of this process whose FanInMiddleware keeps its keys under a
+#: prefix (each registers when it is given its broker): a step or a member whose
+#: task one of them knows is kicked on that one, its own queue, whichever
+#: broker plans it. Weak: a broker let go leaves.
+_PEERS: dict[str, "weakref.WeakSet[AsyncBroker]"] = {}
+
+
+def share_prefix(prefix: str, broker: AsyncBroker) -> None:
+    """``broker``'s middleware keeps its keys under ``prefix``: its tasks go on it."""
+    _PEERS.setdefault(prefix, weakref.WeakSet()).add(broker)
+
 
 #: Who claims a finaliser's lease, for inspection.
 CLAIMANT = f"{socket.gethostname()}:{os.getpid()}"
@@ -140,6 +153,8 @@ class FanInContext:
     #: Whether a workflow was cancelled, as read lately (``is_cancelled()``):
     #: one read a second per workflow in this process, however many ask.
     cancel_reads: RecentReads[bool] = field(default_factory=RecentReads)
+    #: The kickers of the brokers sharing this prefix (``kicker_for``), by broker.
+    peer_kickers: dict[int, AsyncBroker] = field(default_factory=dict)
 
     @classmethod
     async def open(
@@ -232,9 +247,43 @@ class FanInContext:
         seconds, micros = await self.redis.time()
         return float(seconds) + micros / 1_000_000
 
+    def broker_for(self, task_name: str) -> AsyncBroker:
+        """The broker that knows ``task_name``: this one, else one sharing its prefix.
+
+        A task of another broker (its own queue, the middleware on it too) is
+        kicked there; an unknown name, here (validation refused it before).
+        """
+        own = self.broker
+        if own.find_task(task_name) is not None:
+            return own
+        for peer in list(_PEERS.get(self.config.prefix, ())):
+            if peer is not own and peer.find_task(task_name) is not None:
+                return peer
+        return own
+
+    def find_task(self, task_name: str) -> AsyncTaskiqDecoratedTask[..., Any] | None:
+        """The task of this name on the broker that knows it, if any does."""
+        return self.broker_for(task_name).find_task(task_name)
+
     def knows_task(self, task_name: str) -> bool:
-        """Whether the broker has a task of this name."""
-        return self.broker.find_task(task_name) is not None
+        """Whether a broker sharing this prefix has a task of this name."""
+        return self.find_task(task_name) is not None
+
+    def kicker_for(self, task_name: str) -> AsyncBroker:
+        """What a kick of ``task_name`` goes through: its broker, pipelined."""
+        broker = self.broker_for(task_name)
+        if broker is self.on_broker:
+            return self.kicker
+        found = self.peer_kickers.get(id(broker))
+        if found is None:
+            found = self.peer_kickers[id(broker)] = kicking_broker(broker)
+        return found
+
+    def prompt_kicker_for(self, task_name: str) -> AsyncBroker:
+        """What a kick of ``task_name`` someone waits on goes through: at once."""
+        if self.broker_for(task_name) is self.on_broker:
+            return self.prompt_kicker
+        return prompt_broker(self.kicker_for(task_name))
 
 
 #: The message whose task body runs now, and the context that saw it start:

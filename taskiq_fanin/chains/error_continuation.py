@@ -54,7 +54,7 @@ async def kick(
     labels = {**ref.label(), **retry_labels(attempt, sweep_copy=sweep_copy)}
     await (
         cursor.on_error.with_labels(**labels)
-        .kicker(ctx.kicker)
+        .kicker(ctx.kicker_for(cursor.on_error.task_name))
         .with_task_id(chain_on_error_id(cursor.id))
         .kiq(failure, *cursor.on_error.args, **cursor.on_error.kwargs)
     )

@@ -151,7 +151,7 @@ async def kick_step(
         retry = retry_labels(attempt, sweep_copy=attempt > 0)
         await (
             called.with_labels(**label, **retry)
-            .kicker(ctx.kicker)
+            .kicker(ctx.kicker_for(called.task_name))
             .with_task_id(cursor.step_id)
             .kiq(*called.args, **called.kwargs)
         )

@@ -187,9 +187,10 @@ class UnknownTaskError(FanInError, LookupError):
     """A signature names a task the broker does not know."""
 
     __template__ = (
-        "The broker knows no task named {task_name!r} ({what}): every task of a "
-        "group or chain is kicked on the broker it is planned on, so register it "
-        "there ({fix})"
+        "No broker knows a task named {task_name!r} ({what}): a task of a group "
+        "or chain is kicked on the broker planning it, or on another broker of "
+        "this process whose FanInMiddleware has the same prefix (its own "
+        "queue), so register it on one of them ({fix})"
     )
     task_name: str
     #: Which: ``member 3``, ``the continuation then``, ``step 2 of the chain``...

@@ -59,7 +59,7 @@ async def dispatch_members(
                 return
             await (
                 member.with_labels(**ref.label(), **labels)
-                .kicker(ctx.kicker)
+                .kicker(ctx.kicker_for(member.task_name))
                 .with_task_id(ref.task_id)
                 .kiq(*member.args, **member.kwargs)
             )

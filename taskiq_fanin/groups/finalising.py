@@ -177,7 +177,7 @@ async def _kick_continuation(
     labels = {**ref.label(), **retry_labels(attempt, sweep_copy=attempt > 0)}
     await (
         continuation.with_labels(**labels)
-        .kicker(ctx.prompt_kicker)
+        .kicker(ctx.prompt_kicker_for(continuation.task_name))
         .with_task_id(ref.task_id)
         .kiq(result, *continuation.args, **continuation.kwargs)
     )

@@ -201,11 +201,11 @@ def check_task(
     ctx: FanInContext, what: str, sig: Signature, receives: str | None, *, bind: bool
 ) -> None:
     """The broker knows the task (and its compensation's); its arguments fit it."""
-    task = ctx.broker.find_task(sig.task_name)
+    task = ctx.find_task(sig.task_name)
     if task is None:
         raise unknown_task(ctx, sig.task_name, what)
     undo = sig.compensation
-    if undo is not None and ctx.broker.find_task(undo.task_name) is None:
+    if undo is not None and not ctx.knows_task(undo.task_name):
         raise unknown_task(ctx, undo.task_name, f"the compensation of {what}")
     if bind:
         check_arguments(task, what, sig, receives=receives)
