@@ -51,6 +51,11 @@ def share_prefix(prefix: str, broker: AsyncBroker) -> None:
     _PEERS.setdefault(prefix, weakref.WeakSet()).add(broker)
 
 
+def _queue_name(broker: AsyncBroker) -> object:
+    """The queue a broker kicks onto (taskiq-redis's ``queue_name``), if it says."""
+    return getattr(broker, "queue_name", None)
+
+
 #: Who claims a finaliser's lease, for inspection.
 CLAIMANT = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -250,14 +255,17 @@ class FanInContext:
     def broker_for(self, task_name: str) -> AsyncBroker:
         """The broker that knows ``task_name``: this one, else one sharing its prefix.
 
-        A task of another broker (its own queue, the middleware on it too) is
-        kicked there; an unknown name, here (validation refused it before).
+        A task of another broker on another queue (the middleware on it too)
+        is kicked there; an unknown name, here (validation refused it before).
+        A broker on this broker's own queue routes nothing elsewhere: what its
+        tasks are says nothing of what this queue's workers run.
         """
         own = self.broker
         if own.find_task(task_name) is not None:
             return own
+        queue = _queue_name(own)
         for peer in list(_PEERS.get(self.config.prefix, ())):
-            if peer is not own and peer.find_task(task_name) is not None:
+            if _queue_name(peer) != queue and peer.find_task(task_name) is not None:
                 return peer
         return own
 
