@@ -51,7 +51,7 @@ def share_prefix(prefix: str, broker: AsyncBroker) -> None:
     _PEERS.setdefault(prefix, weakref.WeakSet()).add(broker)
 
 
-def _queue_name(broker: AsyncBroker) -> object:
+def queue_name(broker: AsyncBroker) -> object:
     """The queue a broker kicks onto (taskiq-redis's ``queue_name``), if it says."""
     return getattr(broker, "queue_name", None)
 
@@ -160,6 +160,11 @@ class FanInContext:
     cancel_reads: RecentReads[bool] = field(default_factory=RecentReads)
     #: The kickers of the brokers sharing this prefix (``kicker_for``), by broker.
     peer_kickers: dict[int, AsyncBroker] = field(default_factory=dict)
+    #: Whether a worker with the middleware served a queue lately, as read
+    #: lately (``worker/heartbeat.py``): one read a queue every 10 s.
+    worker_reads: RecentReads[bool] = field(
+        default_factory=lambda: RecentReads(fresh_for=10.0)
+    )
 
     @classmethod
     async def open(
@@ -263,9 +268,9 @@ class FanInContext:
         own = self.broker
         if own.find_task(task_name) is not None:
             return own
-        queue = _queue_name(own)
+        queue = queue_name(own)
         for peer in list(_PEERS.get(self.config.prefix, ())):
-            if _queue_name(peer) != queue and peer.find_task(task_name) is not None:
+            if queue_name(peer) != queue and peer.find_task(task_name) is not None:
                 return peer
         return own
 

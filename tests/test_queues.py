@@ -13,7 +13,9 @@ from taskiq_redis import RedisStreamBroker
 
 from local_redis import RedisServer, children_of
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group
+from taskiq_fanin.groups.workers_seen import SEEN_FOR
 from taskiq_fanin.models import ChainState
+from taskiq_fanin.storage.keys import workers_key
 from tests.harness import (
     BLOCK_MS,
     SentMessages,
@@ -172,6 +174,12 @@ async def test_a_chain_across_two_queues_runs_with_a_worker_process_per_queue(
                     what="the chain to end",
                 )
                 ran = await obs.lrange(f"{key_prefix}:ran", 0, -1)
+                # Each worker process says which queue it serves, with an expiry.
+                async with Redis.from_url(redis_url) as main:
+                    announced = [
+                        await main.pttl(workers_key(key_prefix, q))
+                        for q in (f"{key_prefix}:light", f"{key_prefix}:heavy")
+                    ]
                 pids = {
                     "light": set(children_of(light_process.pid)),
                     "heavy": set(children_of(heavy_process.pid)),
@@ -188,6 +196,7 @@ async def test_a_chain_across_two_queues_runs_with_a_worker_process_per_queue(
     assert sorted(line.split(" ", 1)[1] for line in ran) == sorted(
         ["probe", *["encode"] * HEAVY, "publish [0, 3, 6]"]
     )
+    assert all(0 < ttl <= SEEN_FOR * 1000 for ttl in announced), announced
     assert by_process == {
         "probe": "light",
         "encode": "heavy",

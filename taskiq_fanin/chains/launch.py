@@ -23,6 +23,7 @@ from taskiq_fanin.domain.labels import MemberRef, retry_labels
 from taskiq_fanin.domain.results import ChainState
 from taskiq_fanin.domain.signature import Signature
 from taskiq_fanin.domain.spec import ChainSpec, GroupSpec, step_name
+from taskiq_fanin.groups import workers_seen
 from taskiq_fanin.groups.group_validation import GroupPlan, validate_group
 from taskiq_fanin.groups.planning import plan_group
 from taskiq_fanin.storage.replies import Started
@@ -82,6 +83,10 @@ async def start(
         raise IdInUseError(workflow_id=shown(chain_id), holder="group")
     if started is Started.CREATED:
         await kick_step(ctx, cursor, first, previous=NOTHING)
+        if isinstance(first, Signature):  # is any worker on its queue?
+            await workers_seen.warn_if_unserved(
+                ctx, first.task_name, f"Chain {chain_id}"
+            )
     return started is Started.CREATED
 
 

@@ -29,7 +29,7 @@ from taskiq_fanin.domain.exceptions import (
 from taskiq_fanin.domain.results import GroupState
 from taskiq_fanin.domain.signature import Signature
 from taskiq_fanin.domain.spec import ChainSpec
-from taskiq_fanin.groups import group_index, ledger
+from taskiq_fanin.groups import group_index, ledger, workers_seen
 from taskiq_fanin.groups.dispatching import dispatch_members
 from taskiq_fanin.groups.finalising import finalise
 from taskiq_fanin.groups.group_validation import GroupPlan
@@ -139,6 +139,12 @@ async def plan_group(
         raise
     await ctx.scripts.mark_planned(keys, token=token)
     metrics.GROUPS_PLANNED.inc()
+    if in_hand:  # a member's queue (of a listed group): is any worker on it?
+        first_task = next(iter(in_hand.values()))
+        if isinstance(first_task, Signature):
+            await workers_seen.warn_if_unserved(
+                ctx, first_task.task_name, f"Group {plan.group_id}"
+            )
     if claimed:
         await finalise(ctx, plan.group_id, token, claimant=claimant)
     return Planned(group_id=plan.group_id, created=ours)

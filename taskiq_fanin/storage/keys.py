@@ -176,6 +176,14 @@ def sweep_lock_key(prefix: str) -> str:
     return f"{prefix}:sweep:lock"
 
 
+def workers_key(prefix: str, queue: str) -> str:
+    """String: set, expiring soon, by the workers with the middleware on ``queue``.
+
+    Each sets it again and again while it runs.
+    """
+    return f"{prefix}:workers:{queue}"
+
+
 @dataclass(frozen=True)
 class ChainKeys:
     """Names of the keys of one chain's workflow record."""

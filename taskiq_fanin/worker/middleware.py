@@ -20,6 +20,7 @@ from taskiq_fanin.storage.result_pages import ResultPageReader
 from taskiq_fanin.transport.client import RedisClient
 from taskiq_fanin.transport.outcome_batching import OutcomeBatching
 from taskiq_fanin.worker import ending, skipping, waiting_guard
+from taskiq_fanin.worker.heartbeat import Heartbeat
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -71,6 +72,8 @@ class FanInMiddleware(TaskiqMiddleware):
         self._cluster = cluster
         #: Where the worker's events enter the engine, once the broker started.
         self._runs: Runs | None = None
+        #: A worker process's announcements of the queue it serves.
+        self._heartbeat = Heartbeat()
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -95,9 +98,12 @@ class FanInMiddleware(TaskiqMiddleware):
                 batching=self._batching,
             )
             waiting_guard.install(self.broker)
+            if getattr(self.broker, "is_worker_process", False):
+                self._heartbeat.start(self._runs.ctx, self.broker)
 
     async def shutdown(self) -> None:
         """Close the connection this middleware opened (never a caller's client)."""
+        await self._heartbeat.stop()
         runs, self._runs = self._runs, None
         if runs is not None:
             await runs.ctx.close()
