@@ -3,16 +3,34 @@ twice fans out once. On fakeredis (real Lua) with taskiq's InMemoryBroker.
 """
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from fakeredis.aioredis import FakeRedis
-from taskiq import BrokerMessage, InMemoryBroker
+from taskiq import (
+    BrokerMessage,
+    InMemoryBroker,
+    TaskiqMessage,
+    TaskiqMiddleware,
+    TaskiqResult,
+)
 
 from taskiq_fanin import FanInMiddleware, Signature, group, group_task
 from taskiq_fanin.errors import FanInError, GroupPlanConflictError
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.storage.keys import GroupKeys
 from tests.harness import eventually
+
+
+class Ended(TaskiqMiddleware):
+    """Each delivery's end, in order: its task name and result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.results: list[tuple[str, TaskiqResult[Any]]] = []
+
+    def post_execute(self, message: TaskiqMessage, result: TaskiqResult[Any]) -> None:
+        self.results.append((message.task_name, result))
 
 
 class FlakyBroker(InMemoryBroker):
@@ -170,6 +188,42 @@ async def test_a_group_task_redelivered_plans_its_group_once(
 
     assert group_ids == ["fan-1", "fan-1"]
     assert sorted(runs) == [0, 1, 2]
+
+
+async def test_a_group_task_redelivered_with_other_members_keeps_its_first_plan(
+    fake_redis: FakeRedis,
+) -> None:
+    """Its group's id is derived (the fan-out's task id): a redelivery whose body
+    builds other members (a query whose answer moved) is the same fan-out,
+    planned once, not refused."""
+    fanin = FanInMiddleware(fake_redis, prefix="derived")
+    ended = Ended()  # each delivery's end: both fan-outs share one task id
+    broker = InMemoryBroker().with_middlewares(ended, fanin)
+    runs: list[int] = []
+    bodies: list[int] = []
+
+    @broker.task
+    async def member(index: int) -> None:
+        runs.append(index)
+
+    @broker.task
+    @group_task()
+    async def fan_out() -> list[Signature]:
+        bodies.append(1)
+        return [Signature.of(member, i + 10 * len(bodies)) for i in range(3)]
+
+    await broker.startup()
+    try:
+        await fan_out.kicker().with_task_id("fan-2").kiq()
+        await fan_out.kicker().with_task_id("fan-2").kiq()  # redelivery
+        await broker.wait_all()
+    finally:
+        await broker.shutdown()
+
+    fan_outs = [r for name, r in ended.results if name == fan_out.task_name]
+    assert [(r.is_err, r.return_value) for r in fan_outs] == [(False, "fan-2")] * 2
+    assert len(bodies) == 2
+    assert sorted(runs) == [10, 11, 12]
 
 
 async def test_planning_again_after_the_planner_died_dispatches_the_rest(

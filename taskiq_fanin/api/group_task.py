@@ -97,7 +97,14 @@ def group_task(
             # at a time, as ``group(members_iter)``'s are.
             stream = spec.stream if isinstance(spec, Group) else None
             plan = validate_group(
-                ctx, planned, depth=depth, derived_id=derived, stream=stream
+                ctx,
+                planned,
+                depth=depth,
+                derived_id=derived,
+                stream=stream,
+                # Its own id (the fan-out's): a redelivery whose body builds
+                # other members is the same fan-out, not another plan.
+                named_by_caller=spec.group_id is not None,
             )
             return (await plan_group(ctx, plan)).group_id
 

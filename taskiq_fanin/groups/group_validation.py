@@ -51,6 +51,9 @@ class GroupPlan:
     #: Members from an iterator: checked and written a chunk at a time
     #: (``groups/ledger.py``); ``members`` and ``ledger`` are then empty.
     stream: AsyncIterator[Signature | ChainSpec] | None = None
+    #: Its id is the caller's own (not one the library derived, not a chain's
+    #: group step): planned again with other members, it is refused.
+    named_by_caller: bool = False
 
 
 def validate_group(
@@ -62,6 +65,7 @@ def validate_group(
     chain_step: bool = False,
     derived_id: bool = False,
     stream: AsyncIterator[Signature | ChainSpec] | None = None,
+    named_by_caller: bool | None = None,
 ) -> GroupPlan:
     """Check a group and serialize its ledger, raising before anything is written.
 
@@ -72,7 +76,9 @@ def validate_group(
     library derived the group's id (a chain's step, a ``@group_task`` member):
     it is checked as such; a caller's id may not look like one. ``stream``:
     members from an iterator (``spec.members`` empty), checked chunk by chunk
-    as they are written, by :func:`checked_member`.
+    as they are written, by :func:`checked_member`. ``named_by_caller``: the
+    id is the caller's own (default: given, and neither derived nor a chain
+    step's); only such a group is refused when planned again with others.
     """
     check_group(ctx, spec, depth=depth)
     limit = ctx.config.max_member_bytes
@@ -100,6 +106,9 @@ def validate_group(
         depth=depth,
         token=token or secrets.token_hex(8),
         stream=stream,
+        named_by_caller=spec.group_id is not None and not (derived_id or chain_step)
+        if named_by_caller is None
+        else named_by_caller,
     )
 
 

@@ -39,9 +39,11 @@ class Chunk:
 def digest(plan: GroupPlan, first: Chunk) -> str:
     """What the plan's members are, kept in the meta to tell plans of one id apart.
 
-    Planning the id again with the same members (a ``kiq()`` retried, a step
-    kicked again) is the same plan; with others, it is refused
-    (``createGroup``'s ``OTHER_PLAN``).
+    Planning the id again with the same members (a ``kiq()`` retried) is the
+    same plan; with others, it is refused (``createGroup``'s ``OTHER_PLAN``).
+    Only a caller's own id has one: a derived id's plan (a ``@group_task``'s
+    own, a chain's group step) is the library's, redone as it can be (its
+    members' arguments may not serialize the same after a round trip).
 
     A listed group's every member; a streamed group's first chunk (its later
     ones are not known before the group is created).

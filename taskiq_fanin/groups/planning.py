@@ -78,10 +78,7 @@ async def plan_group(
     parts = chunks if chunks is not None else ledger.chunks(ctx, plan)
     first = await anext(parts)  # a bad member in it raises: nothing is written
 
-    options = {
-        **meta_options(plan.options, depth=plan.depth),
-        "digest": ledger.digest(plan, first),
-    }
+    options = _meta_of(plan, first)
 
     def create() -> Awaitable[Creation]:
         return ctx.scripts.create_group(
@@ -139,15 +136,27 @@ async def plan_group(
         raise
     await ctx.scripts.mark_planned(keys, token=token)
     metrics.GROUPS_PLANNED.inc()
-    if in_hand:  # a member's queue (of a listed group): is any worker on it?
-        first_task = next(iter(in_hand.values()))
-        if isinstance(first_task, Signature):
-            await workers_seen.warn_if_unserved(
-                ctx, first_task.task_name, f"Group {plan.group_id}"
-            )
+    await _warn_if_unserved(ctx, plan.group_id, in_hand)
     if claimed:
         await finalise(ctx, plan.group_id, token, claimant=claimant)
     return Planned(group_id=plan.group_id, created=ours)
+
+
+def _meta_of(plan: GroupPlan, first: ledger.Chunk) -> dict[str, str | int]:
+    """The group's options as its meta keeps them, and what its members are."""
+    options = meta_options(plan.options, depth=plan.depth)
+    if plan.named_by_caller:  # a derived id's plan is the library's own, redone
+        options["digest"] = ledger.digest(plan, first)
+    return options
+
+
+async def _warn_if_unserved(
+    ctx: FanInContext, group_id: str, in_hand: dict[int, Signature | ChainSpec] | None
+) -> None:
+    """Whether a worker with the middleware serves a member's queue (listed groups)."""
+    first = next(iter(in_hand.values()), None) if in_hand else None
+    if isinstance(first, Signature):
+        await workers_seen.warn_if_unserved(ctx, first.task_name, f"Group {group_id}")
 
 
 async def _index_and_create(
