@@ -253,3 +253,32 @@ async def test_cancelling_a_group_of_chains_stops_every_chain(
     ]
     assert thens == []
     assert status.state is GroupState.CANCELLED
+
+
+async def test_a_redis_blip_in_is_cancelled_is_ridden_out_not_raised(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first read meets Redis away (a failover's moment): it is asked again,
+    as the hooks do, and the body goes on."""
+    broker, _ = stream_broker(redis_url, key_prefix)
+    answers: list[bool] = []
+    asked = continuation.is_cancelled
+    blips = [ConnectionError("Redis is away")]
+
+    async def flaky(*args: object, **kwargs: object) -> bool:
+        if blips:
+            raise blips.pop()
+        return await asked(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(continuation, "is_cancelled", flaky)
+
+    @broker.task
+    async def transcode(index: int) -> None:
+        answers.append(await is_cancelled())
+
+    async with worker(broker, max_async_tasks=1) as receiver:
+        await group([Signature.of(transcode, 0)]).kiq(broker)
+        await eventually(lambda: answers == [False], what="the answer")
+        await drained(broker, receiver)
+
+    assert blips == []  # it did meet the blip

@@ -4,6 +4,7 @@ saga's compensations, cancellation and the nesting bound.
 """
 
 import asyncio
+import logging
 from collections import Counter
 
 import pytest
@@ -216,6 +217,58 @@ async def test_a_step_that_comes_back_after_its_next_kick_was_lost_kicks_it_agai
     assert kicked_sooner == 1  # the lost kick only
     assert len(sent.of_task(transcode.task_name)) == 2
     assert ran == ["probe cat", "transcode cat.meta"]
+
+
+async def test_a_step_that_comes_back_while_its_group_step_runs_plans_nothing(
+    redis_url: str, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The next step is a group, planned and running past a lease: a copy of
+    the step before it that comes back plans nothing again (a group step
+    begins no run lease; its group's meta says it was planned)."""
+    caplog.set_level(logging.INFO, logger="taskiq_fanin")
+    sent = SentMessages()
+    broker, fanin = stream_broker(redis_url, key_prefix, sent)
+    release = asyncio.Event()
+    started: list[int] = []
+
+    @broker.task
+    async def probe(video: str) -> int:
+        return 2
+
+    @broker.task
+    async def encode(size: int, rendition: int) -> int:
+        started.append(rendition)
+        await release.wait()
+        return size * rendition
+
+    @broker.task
+    async def publish(result: GroupResult) -> None: ...
+
+    keys = ChainKeys(key_prefix, "film")
+    async with worker(broker, max_async_tasks=4) as receiver:
+        handle = await chain(
+            Signature.of(probe, "cat"),
+            group([Signature.of(encode, r) for r in range(2)]),
+            Signature.of(publish),
+            chain_id="film",
+        ).kiq(broker)
+        await eventually(lambda: len(started) == 2, what="the group step to run")
+        seconds, micros = await fanin.context.redis.time()
+        lease_ms = int(fanin.context.config.finaliser_lease * 1000)
+        long_ago = seconds * 1000 + micros // 1000 - lease_ms
+        await fanin.context.redis.hset(keys.record, "updated", long_ago)
+        (first,) = sent.of_task(probe.task_name)
+        await sent.resend(first)  # the step before the group, coming back
+        await eventually(
+            lambda: sent.executions_of(probe.task_name) == 2, what="the copy"
+        )
+        release.set()
+        await eventually(lambda: _chain_state(handle, ChainState.DONE), what="done")
+        await drained(broker, receiver)
+
+    assert len(sent.of_task(encode.task_name)) == 2  # each member kicked once
+    assert started == [0, 1]
+    assert not [r for r in caplog.records if "kick was lost" in r.message]
 
 
 async def test_a_step_retried_after_a_failure_enqueues_its_next_step_once(

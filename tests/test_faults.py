@@ -62,8 +62,8 @@ def lost(ran: list[dict[str, Any]], members: int) -> int:
 
 #: What a hook logs when it gives up on Redis (worker/middleware.py).
 GAVE_UP_LOG = "left unacknowledged to come back"
-#: What the guard logs when a step comes back to find its next step's kick lost.
-NEXT_KICK_LOST_LOG = "the next step's kick was lost"
+#: What a step that comes back logs when it finds its next step's kick lost.
+NEXT_KICK_LOST_LOG = "kick was lost: kicked again"
 
 
 @pytest.mark.parametrize(

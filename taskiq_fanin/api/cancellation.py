@@ -18,6 +18,7 @@ from taskiq_fanin.domain.exceptions import NotInTaskBodyError, WorkflowCancelled
 from taskiq_fanin.domain.labels import MemberRef
 from taskiq_fanin.domain.results import ChainState
 from taskiq_fanin.groups import continuation
+from taskiq_fanin.transport.retrying import retrying
 
 
 async def is_cancelled() -> bool:
@@ -36,6 +37,7 @@ async def raise_if_cancelled() -> None:
     result stored), and nothing of the body is recorded: a cancelled group
     counts it neither done nor failed, a cancelled chain runs its
     compensations as for any cancel. ``NotInTaskBodyError`` outside a body.
+    While Redis is away it asks again for ``retry_for``, then raises.
     """
     cancelled = await _cancelled("raise_if_cancelled()")
     if cancelled is not None:
@@ -50,7 +52,17 @@ async def _cancelled(call: str) -> tuple[str, str] | None:
         raise NotInTaskBodyError(call=call)
     ctx, message = running
     for kind, workflow_id, read in _workflows(ctx, message):
-        if await ctx.cancel_reads.get((kind, workflow_id), read):
+        # While Redis is away the read is tried again for retry_for, as the
+        # hooks do, then raised: a blip never fails the body.
+        def riding(read: Callable[[], Awaitable[bool]] = read) -> Awaitable[bool]:
+            return retrying(
+                read,
+                retry_for=ctx.config.retry_for,
+                what=(call, "in a task body"),
+                giving_up="%s %s failed while Redis was away; raised in the body",
+            )
+
+        if await ctx.cancel_reads.get((kind, workflow_id), riding):
             return kind, workflow_id
     return None
 

@@ -8,6 +8,7 @@ be a group: its continuation carries the chain on with the ``GroupResult``.
 
 import hashlib
 import json
+import logging
 import secrets
 from collections.abc import Sequence
 from typing import Any, overload
@@ -26,7 +27,10 @@ from taskiq_fanin.domain.spec import ChainSpec, GroupSpec, step_name
 from taskiq_fanin.groups import workers_seen
 from taskiq_fanin.groups.group_validation import GroupPlan, validate_group
 from taskiq_fanin.groups.planning import plan_group
+from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.storage.replies import Started
+
+logger = logging.getLogger("taskiq_fanin")
 
 #: Stands for "no previous result": the first step, or one the sweep repeats.
 NOTHING: Any = object()
@@ -278,8 +282,18 @@ async def next_step_again(ctx: FanInContext, cursor: ChainCursor) -> None:
     """
     found = await ctx.chain_scripts.read(record.keys_of(ctx, cursor.id))
     moved_on = found.state is ChainState.RUNNING and found.step == cursor.index + 1
-    if moved_on and found.token == cursor.token and found.pending:
-        await repeat(ctx, found.pending)
+    if not (moved_on and found.token == cursor.token and found.pending):
+        return
+    kick = PendingStep.model_validate_json(found.pending)
+    if isinstance(kick.step, GroupSpec):
+        # A group step begins no run lease: planned, it is the group's to run.
+        group_meta = GroupKeys(ctx.config.prefix, kick.cursor.step_id).meta
+        if await ctx.redis.exists(group_meta):
+            return
+    logger.info(
+        "Chain %s: step %d's kick was lost: kicked again", cursor.id, cursor.index + 2
+    )
+    await repeat(ctx, found.pending)
 
 
 async def repeat(ctx: FanInContext, pending: str, *, attempt: int = 0) -> None:

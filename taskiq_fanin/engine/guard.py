@@ -141,5 +141,5 @@ _said = {
     Begin.SKIP: "skipped (done, or cancelled)",
     Begin.RUNNING_ELSEWHERE: "running elsewhere: this copy comes back later",
     Begin.RUN: "runs",
-    Begin.KICK_NEXT: "skipped (done); the next step's kick was lost: kicked again",
+    Begin.KICK_NEXT: "skipped (done); its next step never began: its kick checked",
 }
