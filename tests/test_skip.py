@@ -6,11 +6,14 @@ in the group's status.
 """
 
 from collections import Counter
+from typing import Any
 
+import pytest
 from taskiq import SimpleRetryMiddleware
 
 from taskiq_fanin import GroupResult, Signature, Skip, group
 from taskiq_fanin.models import GroupState
+from taskiq_fanin.storage.result_pages import ResultPageReader
 from tests.harness import (
     DuplicatingMiddleware,
     drained,
@@ -75,9 +78,19 @@ async def test_skipped_members_count_once_and_fail_nothing(
 
 
 async def test_a_group_by_reference_pages_its_skipped_members_apart(
-    redis_url: str, key_prefix: str
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Two skipped of six, two a page: the done set (four done, two skipped)
+    is wider than a page, so neither kind is read whole (``every``)."""
     broker, _ = stream_broker(redis_url, key_prefix)
+    read_whole: list[str] = []
+    every = ResultPageReader.every
+
+    async def counted(self: ResultPageReader, *args: Any) -> Any:
+        read_whole.append(args[2])
+        return await every(self, *args)
+
+    monkeypatch.setattr(ResultPageReader, "every", counted)
     seen: list[tuple[list[tuple[int, int]], list[tuple[int, str]], int, int]] = []
 
     @broker.task
@@ -102,6 +115,7 @@ async def test_a_group_by_reference_pages_its_skipped_members_apart(
     assert got == [(0, 0), (2, 2), (3, 3), (5, 5)]
     assert skipped == [(1, "no 1"), (4, "no 4")]
     assert (done, skipped_count) == (4, 2)
+    assert read_whole == []
 
 
 def test_skip_is_a_no_result_error_with_its_reason() -> None:
@@ -111,3 +125,4 @@ def test_skip_is_a_no_result_error_with_its_reason() -> None:
     assert isinstance(skip, NoResultError)
     assert skip.reason == "not a video"
     assert str(skip) == "Skipped: not a video"
+    assert Skip(42).reason == "42"  # whatever it is given, a reason is text

@@ -353,7 +353,7 @@ class Skip(FanInError, NoResultError):  # noqa: N818 - a verdict, not a fault
 
     def __init__(self, reason: str = "", /, **fields: object) -> None:
         # Pickling passes the message again beside the fields: the fields win.
-        fields.setdefault("reason", reason)
+        fields.setdefault("reason", str(reason))
         super().__init__(**fields)
 
 

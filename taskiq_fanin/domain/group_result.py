@@ -197,7 +197,7 @@ class GroupResult(BaseModel):
         if expected == 0:
             return
         pages, token = _pages_of(broker), self.reference.token
-        if expected <= page_size:  # a few: read them at once, each a bounded read
+        if self._set_size(kind) <= page_size:  # a few: read at once, bounded reads
             for item in await pages.every(self.group_id, token, kind):
                 yield item
             return
@@ -210,6 +210,17 @@ class GroupResult(BaseModel):
             seen += len(page)
             if seen >= expected:
                 return
+
+    def _set_size(self, kind: PageKind) -> int:
+        """Members of the set a page of ``kind`` reads.
+
+        Results and skips share the done set (a skip counts as done there).
+        """
+        assert self.reference is not None
+        reference = self.reference
+        if kind in ("results", "skipped"):
+            return reference.done + reference.skipped
+        return reference.failed if kind == "failures" else reference.lost
 
 
 def _pages_of(broker: object | None) -> ResultPages:

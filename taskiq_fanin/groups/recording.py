@@ -72,7 +72,8 @@ def outcome_of(
     """A member's outcome and its payload (result or error) as the group keeps it."""
     limit = ctx.config.max_result_bytes
     if isinstance(result.error, Skip):  # its reason, cut as an error's message is
-        return Outcome.SKIPPED, json.dumps(result.error.reason[:limit])
+        reason = str(result.error.reason)[:limit]
+        return Outcome.SKIPPED, json.dumps(reason, ensure_ascii=False)
     if result.is_err:
         return Outcome.FAILED, error_payload(result.error, limit)
     return Outcome.DONE, result_payload(result.return_value, limit, ref)
