@@ -39,16 +39,28 @@ from taskiq_fanin.transport.queue_kicks import kicking_broker, prompt_broker
 from taskiq_fanin.transport.recent_reads import RecentReads
 from taskiq_fanin.transport.replication import replication
 
-#: The brokers of this process whose FanInMiddleware keeps its keys under a
-#: prefix (each registers when it is given its broker): a step or a member whose
-#: task one of them knows is kicked on that one, its own queue, whichever
-#: broker plans it. Weak: a broker let go leaves.
+#: The brokers of this process whose FanInMiddleware keeps its keys in one
+#: Redis under one prefix (each registers when it is given its broker), by
+#: :func:`peers_of`: a step or a member whose task one of them knows is kicked
+#: on that one, its own queue, whichever broker plans it. Weak: a broker let
+#: go leaves.
 _PEERS: dict[str, "weakref.WeakSet[AsyncBroker]"] = {}
 
 
-def share_prefix(prefix: str, broker: AsyncBroker) -> None:
-    """``broker``'s middleware keeps its keys under ``prefix``: its tasks go on it."""
-    _PEERS.setdefault(prefix, weakref.WeakSet()).add(broker)
+def peers_of(prefix: str, redis: "str | RedisClient") -> str:
+    """Which brokers share their fan-in: the same Redis (URL, or client) and prefix.
+
+    Brokers whose middlewares name one Redis differently (two URLs of one
+    server) are not peers: their tasks are refused as unknown, never kicked
+    where their outcomes would land in another Redis.
+    """
+    where = redis if isinstance(redis, str) else f"client-{id(redis)}"
+    return f"{prefix}@{where}"
+
+
+def share_prefix(peers: str, broker: AsyncBroker) -> None:
+    """``broker``'s middleware keeps its keys as ``peers`` says: its tasks go on it."""
+    _PEERS.setdefault(peers, weakref.WeakSet()).add(broker)
 
 
 def queue_name(broker: AsyncBroker) -> object:
@@ -155,6 +167,8 @@ class FanInContext:
     prompt: AsyncBroker | None
     #: Reads by-reference ``GroupResult`` s in pages.
     result_pages: ResultPageReader
+    #: The brokers sharing this fan-in (``peers_of``): where other tasks go.
+    peers: str = ""
     #: Whether a workflow was cancelled, as read lately (``is_cancelled()``):
     #: one read a second per workflow in this process, however many ask.
     cancel_reads: RecentReads[bool] = field(default_factory=RecentReads)
@@ -220,6 +234,7 @@ class FanInContext:
             pipelined=pipelined,
             prompt=prompt_broker(pipelined) if pipelined is not None else None,
             result_pages=ResultPageReader(config.prefix, pipeline),
+            peers=peers_of(config.prefix, redis),
         )
 
     async def close(self) -> None:
@@ -269,7 +284,7 @@ class FanInContext:
         if own.find_task(task_name) is not None:
             return own
         queue = queue_name(own)
-        for peer in list(_PEERS.get(self.config.prefix, ())):
+        for peer in list(_PEERS.get(self.peers, ())):
             if queue_name(peer) != queue and peer.find_task(task_name) is not None:
                 return peer
         return own

@@ -13,9 +13,10 @@ from taskiq_redis import RedisStreamBroker
 
 from local_redis import RedisServer, children_of
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, chain, group
+from taskiq_fanin.errors import UnknownTaskError
 from taskiq_fanin.groups.workers_seen import SEEN_FOR
 from taskiq_fanin.models import ChainState
-from taskiq_fanin.storage.keys import workers_key
+from taskiq_fanin.storage.keys import GroupKeys, index_key, workers_key
 from tests.harness import (
     BLOCK_MS,
     SentMessages,
@@ -153,7 +154,11 @@ async def test_a_chain_across_two_queues_runs_with_a_worker_process_per_queue(
             monkeypatch.setenv(name, value)
         app = importlib.reload(importlib.import_module("tests.queues_app"))
         obs = Redis.from_url(observer.url, decode_responses=True)
+        # Each stream's consumer group is made here, before anything is kicked:
+        # a worker that starts after the first kick onto its stream reads from
+        # then on (taskiq-redis makes the group at '$'), and would never see it.
         await app.light.startup()
+        await app.heavy.startup()
         try:
             with (
                 worker_process(
@@ -186,6 +191,7 @@ async def test_a_chain_across_two_queues_runs_with_a_worker_process_per_queue(
                 }
         finally:
             await app.light.shutdown()
+            await app.heavy.shutdown()
             await obs.aclose()
 
     where = {name: int(pid) for pid, name in (line.split(" ", 1) for line in ran)}
@@ -202,3 +208,30 @@ async def test_a_chain_across_two_queues_runs_with_a_worker_process_per_queue(
         "encode": "heavy",
         "publish [0, 3, 6]": "light",
     }
+
+
+async def test_brokers_keeping_their_fan_in_in_two_redis_are_no_peers(
+    redis_url: str, key_prefix: str
+) -> None:
+    """The same prefix in another Redis (another database here): a member kicked
+    there would record its outcome where its group is not, so the plan is
+    refused as naming a task no broker of its fan-in knows, nothing written."""
+    light = RedisStreamBroker(redis_url, queue_name=f"{key_prefix}:light")
+    light.add_middlewares(FanInMiddleware(redis_url, prefix=key_prefix))
+    other_db = redis_url.rsplit("/", 1)[0] + "/1"
+    heavy = RedisStreamBroker(other_db, queue_name=f"{key_prefix}:heavy")
+    heavy.add_middlewares(FanInMiddleware(other_db, prefix=key_prefix))
+
+    @heavy.task
+    async def encode(rendition: int) -> int:
+        return rendition
+
+    await light.startup()
+    try:
+        with pytest.raises(UnknownTaskError, match="No broker knows"):
+            await group([Signature.of(encode, 1)], group_id="far").kiq(light)
+        async with Redis.from_url(redis_url) as client:
+            assert not await client.exists(GroupKeys(key_prefix, "far").meta)
+            assert not await client.exists(index_key(key_prefix))
+    finally:
+        await light.shutdown()

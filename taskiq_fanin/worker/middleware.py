@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskiq import AsyncBroker, TaskiqMessage, TaskiqMiddleware, TaskiqResult
 
-from taskiq_fanin.context import FanInContext, share_prefix
+from taskiq_fanin.context import FanInContext, peers_of, share_prefix
 from taskiq_fanin.domain.config import FanInConfig, FanInOptions
 from taskiq_fanin.domain.exceptions import InvalidOptionError, MiddlewareNotFoundError
 from taskiq_fanin.engine.events import RunStarting
@@ -81,7 +81,7 @@ class FanInMiddleware(TaskiqMiddleware):
         """Register the library's own tasks, which carry chains past group steps."""
         super().set_broker(broker)
         register_tasks(broker)
-        share_prefix(self.config.prefix, broker)  # its tasks are kicked on it
+        share_prefix(peers_of(self.config.prefix, self._redis), broker)
 
     async def startup(self) -> None:
         """Connect (for a URL), check that Redis answers, build the context.
