@@ -144,10 +144,9 @@ async def plan_group(
 
 def _meta_of(plan: GroupPlan, first: ledger.Chunk) -> dict[str, str | int]:
     """The group's options as its meta keeps them, and what its members are."""
-    options = meta_options(plan.options, depth=plan.depth)
-    if plan.named_by_caller:  # a derived id's plan is the library's own, redone
-        options["digest"] = ledger.digest(plan, first)
-    return options
+    # A derived id's plan is the library's own, redone: never refused.
+    digest = ledger.digest(plan, first) if plan.named_by_caller else ""
+    return meta_options(plan.options, depth=plan.depth, digest=digest)
 
 
 async def _warn_if_unserved(

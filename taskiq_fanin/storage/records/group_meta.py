@@ -275,10 +275,18 @@ META_FIELDS: dict[str, tuple[str, Callable[[Any], str | int]]] = {
 }
 
 
-def meta_options(options: ResolvedGroupOptions, *, depth: int) -> dict[str, str | int]:
-    """A group's resolved options (and its nesting depth) as its meta keeps them."""
-    written = {
+def meta_options(
+    options: ResolvedGroupOptions, *, depth: int, digest: str = ""
+) -> dict[str, str | int]:
+    """A group's resolved options, nesting depth and plan digest as its meta keeps them.
+
+    An empty ``digest`` is left out: a plan the library derived is never refused.
+    """
+    written: dict[str, str | int] = {
         stored: write(getattr(options, name))
         for name, (stored, write) in META_FIELDS.items()
     }
-    return {**written, "depth": depth}
+    written["depth"] = depth
+    if digest:
+        written["digest"] = digest
+    return written
