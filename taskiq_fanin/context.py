@@ -321,6 +321,13 @@ current_run: ContextVar[tuple[FanInContext, TaskiqMessage] | None] = ContextVar(
 )
 
 
+#: How many times the running body added members to each group so far: a
+#: copy of the same message (at least once) adds under the same batch ids.
+run_additions: ContextVar[dict[str, int] | None] = ContextVar(
+    "taskiq_fanin_run_additions", default=None
+)
+
+
 def enter_run(ctx: FanInContext, message: TaskiqMessage) -> None:
     """The body of ``message`` is about to run here, under ``ctx``.
 
@@ -329,9 +336,11 @@ def enter_run(ctx: FanInContext, message: TaskiqMessage) -> None:
     """
     current_run.set((ctx, message))
     running_pages.set(ctx.result_pages)
+    run_additions.set({})
 
 
 def leave_run() -> None:
     """No body runs here any more: nothing may find its context."""
     current_run.set(None)
     running_pages.set(None)
+    run_additions.set(None)

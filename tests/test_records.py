@@ -147,6 +147,7 @@ SAMPLES = {
     "step_names": '["a", "b"]',
     "planned": "1",
     "cancellable": "1",
+    "open": "1",
 }
 
 

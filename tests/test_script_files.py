@@ -17,6 +17,7 @@ from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
 from taskiq_fanin.storage.rechecks import Lost
 from taskiq_fanin.storage.replies import (
     REPLY_CODES,
+    Added,
     Advanced,
     Applied,
     Begin,
@@ -26,6 +27,7 @@ from taskiq_fanin.storage.replies import (
     Finished,
     Outcome,
     Recorded,
+    Sealed,
     Started,
 )
 from taskiq_fanin.storage.scripts import packaged, prelude
@@ -35,6 +37,7 @@ from taskiq_fanin.transport.pipeline import Command, PipelineBatcher
 #: (None: it answers with data alone).
 ANSWERS: dict[str, type[enum.IntEnum] | None] = {
     "abandonGroup": Applied,
+    "addMembers": Added,
     "advanceChain": Advanced,
     "appendLedger": Applied,
     "beginContinuation": Begin,
@@ -71,6 +74,7 @@ ANSWERS: dict[str, type[enum.IntEnum] | None] = {
     "releasePlanner": Applied,
     "releaseStep": Applied,
     "scheduleSweep": Applied,
+    "sealGroup": Sealed,
     "startChain": Started,
 }
 
@@ -206,7 +210,9 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
         claimant="p",
         sealed=False,
     )
+    await groups.add_members(group, batch="b", most=10, members=["m1"])
     await groups.append_ledger(group, token=token, first=1, members=["m1"], seal=True)
+    await groups.seal_group(group, lease_ms=1_000, claimant="p")
     await groups.abandon_group(group, token=token)  # refused: sealed
     await groups.release_planner(group, token=token)
     await groups.mark_planned(group, token=token)

@@ -1,6 +1,8 @@
 """``group(...)``: a group described, then planned and dispatched on a broker."""
 
+import hashlib
 import logging
+import secrets
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -11,13 +13,13 @@ from taskiq import AsyncTaskiqTask
 from taskiq_fanin.api.broker import Target, context_of
 from taskiq_fanin.api.checks import wrong_kind
 from taskiq_fanin.api.retries import cancel_group_riding, riding
-from taskiq_fanin.context import FanInContext
+from taskiq_fanin.context import FanInContext, current_run, run_additions
 from taskiq_fanin.domain.exceptions import InvalidGroupError
 from taskiq_fanin.domain.options import GroupOptions
 from taskiq_fanin.domain.results import GroupStatus
 from taskiq_fanin.domain.signature import Signature
 from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
-from taskiq_fanin.groups import ledger, reading
+from taskiq_fanin.groups import growing, ledger, reading
 from taskiq_fanin.groups.group_validation import GroupPlan, validate_group
 from taskiq_fanin.groups.planning import Planned, plan_group
 from taskiq_fanin.storage.keys import validate_group_id
@@ -32,7 +34,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class GroupHandle:
-    """What planning a group hands back: its id, its status, a way to cancel it."""
+    """What planning a group hands back: its id, its status, a way to cancel it.
+
+    Of a group planned with ``open=True``: ``add`` members, then ``seal`` it.
+    """
 
     group_id: str
     #: False when a group with this id already existed and nothing was
@@ -51,6 +56,58 @@ class GroupHandle:
         group was planned with ``cancellable=True``.
         """
         return await cancel_group_riding(self._ctx, self.group_id)
+
+    async def add(self, members: Iterable[Signature | ChainSpec]) -> range:
+        """Add members to this group, planned with ``open=True`` and not sealed.
+
+        They are checked (a bad one raises before anything is written),
+        written to the group's ledger after the members it holds, then kicked
+        (of a windowed group, those its window reaches now; its outcomes
+        release the rest). Returns their indexes, in the order given. Safe
+        from a client or from a member's body (``group_handle(broker,
+        group_id)``); while Redis is away it is tried again, never adding a
+        member twice. Inside a task body, the body's n-th addition to a group
+        is one batch whatever the copy of its message that runs it (taskiq
+        delivers at least once, a retry runs it again): it adds its members
+        once. A sealed group, or one planned without ``open=True``, raises
+        ``GroupSealedError``; a group Redis does not hold,
+        ``GroupNotFoundError``.
+        """
+        listed = _listed(members)
+        ctx, batch = self._ctx, _batch_of(self.group_id)
+        return await riding(
+            ctx,
+            lambda: growing.add_members(ctx, self.group_id, listed, batch=batch),
+            what=("Adding to group", self.group_id),
+        )
+
+    async def seal(self) -> int:
+        """Fix the total of this open group: no member is added after. Its total.
+
+        The continuation runs once every member has an outcome: at once, if
+        each has one already. Sealing again, or a group planned without
+        ``open=True``, changes nothing; a group Redis does not hold raises
+        ``GroupNotFoundError``.
+        """
+        ctx = self._ctx
+        claimant = growing.seal_claimant(secrets.token_hex(8))
+        sealing = await riding(
+            ctx,
+            lambda: growing.seal_group(ctx, self.group_id, claimant=claimant),
+            what=("Sealing group", self.group_id),
+        )
+        return sealing.total
+
+
+def _batch_of(group_id: str) -> str:
+    """An addition's batch id: the same for each copy of a running message."""
+    running, counts = current_run.get(), run_additions.get()
+    if running is None or counts is None:
+        return secrets.token_hex(8)
+    number = counts.get(group_id, 0)
+    counts[group_id] = number + 1
+    seed = f"{running[1].task_id}\n{group_id}\n{number}".encode()
+    return hashlib.blake2b(seed, digest_size=8).hexdigest()
 
 
 def group_handle(target: Target, kicked: AsyncTaskiqTask[Any] | str) -> GroupHandle:
@@ -182,6 +239,8 @@ def group(
     ``failure_policy="fail"``, ``on_error`` receives it instead when any member
     failed; ``sweep_policy``, ``ttl`` and ``deadline`` (seconds) override the
     middleware's; ``cancellable`` members check for cancellation before they run.
+    ``open=True``: members are added after planning (``handle.add``) until
+    ``handle.seal()``; the continuation waits for the seal.
     A ``group_id`` makes planning idempotent. ``members`` may be an iterator or
     an async iterator (a generator): it is read once, when the group is kicked,
     a chunk at a time, and the planner holds one chunk of it, not all of it.
@@ -211,6 +270,17 @@ def _check_members(members: object) -> None:
         raise wrong_kind(
             "members", members, "a list (or an iterator) of Signatures or chains"
         )
+
+
+def _listed(members: Iterable[Signature | ChainSpec]) -> list[Signature | ChainSpec]:
+    """Members to add, as a list, each checked for its kind."""
+    _check_members(members)
+    if isinstance(members, AsyncIterable):
+        raise wrong_kind("members", members, "a list of Signatures or chains")
+    listed = list(members)
+    for index, member in enumerate(listed):
+        _check_kind(index, member)
+    return listed
 
 
 def _check_kind(index: int, member: object) -> None:

@@ -10,6 +10,7 @@ from taskiq_fanin.chains import due
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.domain.config import ms, positive
+from taskiq_fanin.domain.ids import step_id
 from taskiq_fanin.domain.results import (
     ChainState,
     ChainStatus,
@@ -17,6 +18,7 @@ from taskiq_fanin.domain.results import (
     OnErrorState,
     from_millis,
 )
+from taskiq_fanin.domain.spec import GROUP_STEP_NAME
 from taskiq_fanin.groups.reading import DEFAULT_LIST_LIMIT
 from taskiq_fanin.storage.keys import ChainKeys, chain_index_key, validate_chain_id
 from taskiq_fanin.storage.records import ChainRecord, read_indexed
@@ -96,8 +98,18 @@ def status_from_record(
         on_error_state=on_error_state(found),
         due=due,
         version=found.version or None,
+        step_group_id=_step_group_id(chain_id, found),
         read_at=read_at,
     )
+
+
+def _step_group_id(chain_id: str, found: ChainRecord) -> str | None:
+    """The group the chain's current step is, while it runs one."""
+    names = found.step_names
+    at_group = found.step < len(names) and names[found.step].startswith(GROUP_STEP_NAME)
+    if found.state is ChainState.RUNNING and at_group:
+        return step_id(chain_id, found.step)
+    return None
 
 
 def on_error_state(found: ChainRecord) -> OnErrorState:

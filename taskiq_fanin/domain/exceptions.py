@@ -5,8 +5,9 @@ Exported, every one, from ``taskiq_fanin.errors``. Where each is met:
 - **Bad input**, raised by the call that was given it *before* anything is
   written to Redis or sent to the broker, so nothing was half-done: the
   ``Invalid*Error`` s and ``GroupTooWideError``, ``IdInUseError``,
-  ``GroupPlanConflictError``,
-  ``InvalidOptionError``, ``MemberNotSerializableError``,
+  ``GroupPlanConflictError``, ``GroupSealedError`` and ``GroupNotFoundError``
+  (``handle.add`` / ``handle.seal``), ``InvalidOptionError``,
+  ``MemberNotSerializableError``,
   ``MemberTooLargeError``, ``ArgumentsMismatchError``, ``NotATaskError``,
   ``UnknownTaskError``, ``MiddlewareNotFoundError``, ``NestingTooDeepError``;
   ``GroupTaskOrderError`` at decoration, when the module is imported.
@@ -118,7 +119,37 @@ class GroupPlanConflictError(FanInError, ValueError):
     __template__ = (
         "Group {group_id} exists with other members: planning an id again with "
         "the same members returns the group as it is, with others it is refused "
-        "(nothing was written or kicked); give the new group another id"
+        "(nothing was written or kicked); give the new group another id, or, "
+        "for a group that grows, plan it with group(..., open=True) and add "
+        "members with handle.add(...)"
+    )
+    group_id: str
+
+
+class GroupSealedError(FanInError, ValueError):
+    """Members added to a group that takes no more: nothing was written or kicked.
+
+    Only a group planned with ``open=True`` and not sealed yet takes members.
+    """
+
+    __template__ = (
+        "Group {group_id} takes no more members: {why}; nothing was added (plan "
+        "a group with group(..., open=True) to add members until handle.seal())"
+    )
+    group_id: str
+    #: Why: sealed, planned without ``open=True``, or over (cancelled, ...).
+    why: str
+
+
+class GroupNotFoundError(FanInError, LookupError):
+    """A group to grow or seal that Redis does not hold: nothing was written.
+
+    It was never planned, or it expired.
+    """
+
+    __template__ = (
+        "Group {group_id} does not exist: it was never planned (plan it with "
+        "group(..., group_id=..., open=True).kiq(broker) first) or it expired"
     )
     group_id: str
 

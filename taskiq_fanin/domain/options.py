@@ -63,6 +63,9 @@ class GroupOptions(BaseModel):
     #: kicks the first ones, and each recorded outcome kicks the next
     #: (``None``: every member is kicked at planning).
     max_in_flight: int | None = Field(default=None, gt=0, strict=True)
+    #: Members are added after planning (``handle.add``) until ``handle.seal()``
+    #: fixes the total: the continuation waits for the seal.
+    open: bool = Field(default=False, strict=True)
     #: Which version of the code planned it, kept on its record and shown by
     #: its status (an operator sees when an old handler may be removed).
     version: str | None = Field(default=None, min_length=1, max_length=MAX_VERSION)
@@ -134,4 +137,5 @@ class GroupOptionsArgs(TypedDict, total=False):
     cancellable: bool
     results_inline_max: int | None
     max_in_flight: int | None
+    open: bool
     version: str | None

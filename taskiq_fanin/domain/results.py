@@ -109,6 +109,11 @@ class GroupStatus(BaseModel):
     waiting: int = 0
     #: The version it was planned with (``group(..., version=...)``).
     version: str | None = None
+    #: Planned with ``open=True``: members may be added until it is sealed.
+    planned_open: bool = False
+    #: Its total is fixed: no member may be added (a group planned without
+    #: ``open=True`` is sealed from the start). Not sealed, it cannot finish.
+    sealed: bool = True
     #: Redis's clock when this was read: what its age and ``overdue()`` go by.
     read_at: datetime | None = None
 
@@ -220,6 +225,10 @@ class ChainStatus(BaseModel):
     due: datetime | None = None
     #: The version it was started with (``chain(..., version=...)``).
     version: str | None = None
+    #: The id of the group its current step is, while it runs one (``None``
+    #: otherwise): ``group_handle(broker, step_group_id)`` reads it, and adds
+    #: to it and seals it when it was planned with ``open=True``.
+    step_group_id: str | None = None
     #: Redis's clock when this was read: what its age and ``overdue()`` go by.
     read_at: datetime | None = None
 

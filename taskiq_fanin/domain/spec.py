@@ -85,8 +85,12 @@ def member_from_ledger(raw: str | bytes) -> Signature | ChainSpec:
     return _MEMBER_ADAPTER.validate_json(raw)
 
 
+#: How a group step's name begins in a chain's workflow record.
+GROUP_STEP_NAME = "group of "
+
+
 def step_name(step: Signature | GroupSpec) -> str:
     """How a step shows in the chain's workflow record."""
     if isinstance(step, Signature):
         return step.task_name
-    return f"group of {len(step.members)}"
+    return f"{GROUP_STEP_NAME}{len(step.members)}"

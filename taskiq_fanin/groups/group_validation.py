@@ -88,9 +88,14 @@ def validate_group(
     )
     options = spec.options.with_defaults(ctx.config)
     most = options.max_in_flight
-    if stream is None and most is not None and most >= len(spec.members):
+    if (
+        stream is None
+        and not options.open
+        and most is not None
+        and most >= len(spec.members)
+    ):
         # As wide as the group: no window at all (nothing released, no deadline
-        # sliding). A streamed group's size is known only once it is written.
+        # sliding). A streamed or open group's size is known only later.
         options = options.model_copy(update={"max_in_flight": None})
     for name, continuation in (("then", options.then), ("on_error", options.on_error)):
         if continuation is not None:

@@ -88,7 +88,7 @@ async def plan_group(
             members=first.entries,
             planner_lease_ms=ms(ctx.config.finaliser_lease),
             claimant=claimant,
-            sealed=first.last,
+            sealed=first.last and not plan.options.open,
         )
 
     indexed, made = await _index_and_create(ctx, plan.group_id, deadline_ms, create)
@@ -114,6 +114,7 @@ async def plan_group(
             len(first.entries),
             sealed=first.last,
             retried=retried,
+            seals=not plan.options.open,
         )
         # The planner holds every member when they were listed (or streamed
         # in one chunk); else they are read back from the ledger.
@@ -128,6 +129,7 @@ async def plan_group(
             first=first,
             parts=parts,
             retried=retried,
+            seals=not plan.options.open,
         )
     try:
         await _dispatch(ctx, plan, token, in_hand, total)
@@ -258,36 +260,49 @@ async def take_over(
     first: ledger.Chunk,
     parts: AsyncGenerator[ledger.Chunk, None],
     retried: bool,
+    seals: bool = True,
 ) -> int:
     """An earlier planner died mid-way: seal its ledger; the total it holds.
 
     The same planner again (its token) writes its chunks again, nothing
-    changing twice; another only seals what the ledger holds.
+    changing twice; another only seals what the ledger holds. ``seals``:
+    False for a group planned open, whose caller seals it.
     """
     token, written, total = made.token, False, 0
     if not made.sealed and token == own_token:
-        written, total = await _write(ctx, keys, token, first)
+        written, total = await _write(ctx, keys, token, first, seals=seals)
     if written:
         _, total = await write_rest(
-            ctx, keys, token, parts, total, sealed=first.last, retried=retried
+            ctx,
+            keys,
+            token,
+            parts,
+            total,
+            sealed=first.last,
+            retried=retried,
+            seals=seals,
         )
         return total
     await parts.aclose()
     _, total = await ctx.scripts.append_ledger(
-        keys, token=token, first=0, members=(), seal=True
+        keys, token=token, first=0, members=(), seal=seals
     )
     return total
 
 
 async def _write(
-    ctx: FanInContext, keys: GroupKeys, token: str, chunk: ledger.Chunk
+    ctx: FanInContext, keys: GroupKeys, token: str, chunk: ledger.Chunk, *, seals: bool
 ) -> tuple[bool, int]:
     """Append one chunk; False: the ledger was sealed by another (taken over).
 
-    With the ledger's total after the call.
+    With the ledger's total after the call. ``seals``: its last chunk seals it.
     """
     return await ctx.scripts.append_ledger(
-        keys, token=token, first=chunk.first, members=chunk.entries, seal=chunk.last
+        keys,
+        token=token,
+        first=chunk.first,
+        members=chunk.entries,
+        seal=chunk.last and seals,
     )
 
 
@@ -300,6 +315,7 @@ async def write_rest(
     *,
     sealed: bool,
     retried: bool,
+    seals: bool = True,
 ) -> tuple[bool, int]:
     """Append every further chunk; False when the ledger was sealed meanwhile.
 
@@ -308,7 +324,8 @@ async def write_rest(
     iterator raising), a ledger short of chunks written before (Redis lost the
     group) or a source ending before its last chunk (``sealed``: the first
     was) abandons the group, nothing kicked, and raises. ``total``: the
-    ledger's so far; returned with the flag.
+    ledger's so far; returned with the flag. ``seals``: the last chunk seals
+    the ledger (not a group planned open: ``sealed`` then says the last came).
     """
     while True:
         try:
@@ -320,7 +337,7 @@ async def write_rest(
         if total < chunk.first:  # chunks written before it are lost
             lost = GroupLostError(group_id=shown(keys.group_id))
             return await _abandon(ctx, keys, token, lost, total=total, retried=retried)
-        written, total = await _write(ctx, keys, token, chunk)
+        written, total = await _write(ctx, keys, token, chunk, seals=seals)
         if not written:
             logger.warning(
                 "Group %s: its ledger was sealed by another planner or the "

@@ -116,6 +116,28 @@ class GroupScripts:
         )
         return Applied(code) is Applied.APPLIED, int(total)
 
+    async def add_members(
+        self, keys: GroupKeys, *, batch: str, most: int, members: Sequence[str]
+    ) -> replies.Addition:
+        """Append a batch to an open group's ledger, before any of it is kicked.
+
+        ``batch``: the same when retried (its reply lost): told where it went,
+        nothing written twice. ``most``: ``max_group_size``.
+        """
+        reply = await self._scripts["addMembers"](
+            keys=[keys.meta, keys.plan], args=[batch, most, *members]
+        )
+        return replies.addition(reply)
+
+    async def seal_group(
+        self, keys: GroupKeys, *, lease_ms: int, claimant: str
+    ) -> replies.Sealing:
+        """Fix an open group's total; complete already, ``claimant`` claims it."""
+        reply = await self._scripts["sealGroup"](
+            keys=[keys.meta, keys.claim, keys.window], args=[lease_ms, claimant]
+        )
+        return replies.sealing(reply)
+
     async def abandon_group(self, keys: GroupKeys, *, token: str) -> bool:
         """Remove an unsealed group (a bad member found in a later chunk)."""
         return await self._applied("abandonGroup", [keys.meta, keys.plan], [token])

@@ -36,6 +36,31 @@ class Created(enum.IntEnum):
     OTHER_PLAN = 5
 
 
+class Added(enum.IntEnum):
+    """Result of ``addMembers``."""
+
+    ADDED = 1
+    NO_GROUP = 2
+    #: It takes no more members (sealed, planned closed, or not open).
+    SEALED = 3
+    #: The batch would take it past ``max_group_size``.
+    TOO_WIDE = 4
+
+
+class Sealed(enum.IntEnum):
+    """Result of ``sealGroup``."""
+
+    #: Sealed now; members still to end.
+    SEALED = 1
+    #: Sealed and complete: the caller holds the finaliser's lease.
+    CLAIMED = 2
+    #: Sealed before (or planned closed): nothing changed.
+    ALREADY = 3
+    #: Cancelled or given up before a seal.
+    NOT_OPEN = 4
+    NO_GROUP = 5
+
+
 class Started(enum.IntEnum):
     """Result of ``startChain``."""
 
@@ -127,6 +152,8 @@ class Cancel(enum.IntEnum):
 REPLY_CODES: tuple[type[enum.IntEnum], ...] = (
     Applied,
     Created,
+    Added,
+    Sealed,
     Started,
     Begin,
     Recorded,
@@ -136,6 +163,64 @@ REPLY_CODES: tuple[type[enum.IntEnum], ...] = (
     Cancel,
     Lost,
 )
+
+
+@dataclass(frozen=True)
+class Addition:
+    """What ``addMembers`` handed back."""
+
+    code: Added
+    token: str = ""
+    #: The batch's first index, and the ledger's total after it.
+    first: int = 0
+    total: int = 0
+    #: Indexes below this may be kicked now (a windowed group's window).
+    released: int = 0
+    depth: int = 1
+    cancellable: bool = False
+    #: The group's state, when it takes no more members.
+    state: str = ""
+
+
+def addition(reply: list[Any]) -> Addition:
+    """``addMembers``'s reply, typed."""
+    code = Added(int(reply[0]))
+    if code is Added.ADDED:
+        token, first, total, released, depth, cancellable = reply[1:7]
+        return Addition(
+            code,
+            text(token),
+            int(first),
+            int(total),
+            int(released),
+            int(depth),
+            text(cancellable) == "1",
+        )
+    if code is Added.SEALED:
+        return Addition(code, state=text(reply[1]))
+    if code is Added.TOO_WIDE:
+        return Addition(code, total=int(reply[1]))
+    return Addition(code)
+
+
+@dataclass(frozen=True)
+class Sealing:
+    """What ``sealGroup`` handed back."""
+
+    code: Sealed
+    token: str = ""
+    total: int = 0
+    #: The group's state, when it was sealed before or is not open.
+    state: str = ""
+
+
+def sealing(reply: list[Any]) -> Sealing:
+    """``sealGroup``'s reply, typed."""
+    code = Sealed(int(reply[0]))
+    if code is Sealed.NO_GROUP:
+        return Sealing(code)
+    state = text(reply[3]) if len(reply) > 3 else ""
+    return Sealing(code, text(reply[1]), int(reply[2]), state)
 
 
 @dataclass(frozen=True)

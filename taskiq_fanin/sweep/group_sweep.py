@@ -1,8 +1,9 @@
 """The sweep's judgement of one group, and what it does about it.
 
 Each group is judged from its own keys: stuck (open past its deadline), never
-fully planned, a finaliser that died before dispatching, or a continuation
-overdue; what is done follows the group's sweep policy or the caller's override.
+fully planned, planned open and never sealed, a finaliser that died before
+dispatching, or a continuation overdue; what is done follows the group's
+sweep policy or the caller's override.
 """
 
 from dataclasses import dataclass
@@ -81,7 +82,7 @@ async def judge(
             SweepAction.REDISPATCH,
         )
     else:
-        finding.kind = FindingKind.STUCK if meta.planned else FindingKind.UNPLANNED
+        finding.kind = _kind(meta)
         finding.action = SweepAction(_policy(meta, override).value)
     window = Window(0, 0, {})
     unknown: set[int] = set()
@@ -134,6 +135,15 @@ def _unknown_members(
         left = " not re-driven" if finding.action is SweepAction.REDRIVE else ""
         finding.note = f"{count}{left}: {known.unknown_note(names)}"
     return set(unknown)
+
+
+def _kind(meta: GroupMeta) -> FindingKind:
+    """Why an open group past its deadline is stuck."""
+    if not meta.planned:
+        return FindingKind.UNPLANNED
+    if meta.open and not meta.sealed:
+        return FindingKind.UNSEALED
+    return FindingKind.STUCK
 
 
 def _policy(meta: GroupMeta, override: SweepPolicy | None) -> SweepPolicy:

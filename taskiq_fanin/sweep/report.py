@@ -16,6 +16,10 @@ class FindingKind(str, enum.Enum):
     STUCK = "stuck"
     #: Open past its deadline, and its planner never finished dispatching.
     UNPLANNED = "unplanned"
+    #: Planned with ``open=True``, open past its deadline and not sealed:
+    #: nothing finishes it before ``handle.seal()`` (a give-up seals it with
+    #: what it has).
+    UNSEALED = "unsealed"
     #: Claimed, but the finaliser's lease ran out before it dispatched.
     FINALISER_LOST = "finaliser_lost"
     #: The continuation was dispatched but has not completed by its deadline.
@@ -119,6 +123,7 @@ class SweepReport(BaseModel):
 STUCK_KINDS = (
     FindingKind.STUCK,
     FindingKind.UNPLANNED,
+    FindingKind.UNSEALED,
     FindingKind.CHAIN_STUCK,
     FindingKind.ON_ERROR_LOST,
 )

@@ -29,6 +29,10 @@
   the entry goes (the window hash holds about 2 K fields, not one per member):
   '<member>' -> '<released> <when> <delivery>', and 'r<released>' -> member.
   A windowed group's deadline slides to a span after its latest outcome.
+  An open group not sealed yet is never claimed here, whatever its outcomes:
+  its seal (sealGroup) claims it if every member it holds has one by then;
+  an index its window would release that the ledger does not hold yet is
+  released by the batch that adds it (addMembers).
 
   KEYS[1] meta      KEYS[2] done     KEYS[3] failed  KEYS[4] results
   KEYS[5] errors    KEYS[6] claim    KEYS[7] plan    KEYS[8] window
@@ -72,7 +76,7 @@ end
 
 local meta = redis.call('HMGET', KEYS[1],
   'token', 'state', 'total', 'expires', 'done_count', 'failed_count',
-  'max_in_flight', 'depth', 'cancellable', 'span', 'ttl')
+  'max_in_flight', 'depth', 'cancellable', 'span', 'ttl', 'sealed')
 if not meta[1] then
   return all(Recorded.NO_GROUP)  -- a missing group is never treated as complete
 end
@@ -81,6 +85,9 @@ if meta[1] ~= ARGV[1] then
 end
 local total = tonumber(meta[3])
 local state = meta[2]
+-- An open group (planned with open=True) is complete only once sealed: until
+-- then, every member of it having an outcome finalises nothing (sealGroup does).
+local sealed = (meta[12] or '1') == '1'
 local counts = {done = tonumber(meta[5]) or 0, failed = tonumber(meta[6]) or 0}
 local sets = {done = KEYS[2], failed = KEYS[3], skipped = KEYS[2]}
 local payloads = {done = KEYS[4], failed = KEYS[5], skipped = KEYS[5]}
@@ -202,7 +209,7 @@ for i = 1, members do
       redis.call('PEXPIREAT', payloads[outcome], meta[4])
     end
     codes[i] = Recorded.RECORDED
-    if counts.done + counts.failed >= total then
+    if sealed and counts.done + counts.failed >= total then
       -- The state is the guard; the key is only the finaliser's lease, set
       -- whatever a stale one from an earlier group of this id holds.
       holder = lease_holder

@@ -5,7 +5,8 @@
   goes on window by window, one window per sweep visit, so that no visit's
   work grows with the group. A pass's first window records the re-drive,
   seals the ledger (a planner still writing it is refused: what the ledger
-  holds is the group) and pushes the deadline (and, if need be, the keys'
+  holds is the group; a group planned open stays open to add() until its
+  caller seals it) and pushes the deadline (and, if need be, the keys'
   expiry) out; 'redrive_next' says where the pass goes on, until it is over.
   Of a windowed group (max_in_flight), only the released indexes are a pass's
   (max_in_flight past the outcomes recorded, as recordOutcome releases them):
@@ -28,7 +29,7 @@
 ]]
 local meta = redis.call('HMGET', KEYS[1],
   'token', 'state', 'redrives', 'span', 'expires', 'redrive_next', 'total',
-  'max_in_flight', 'done_count', 'failed_count')
+  'max_in_flight', 'done_count', 'failed_count', 'open')
 if meta[1] ~= ARGV[1] or meta[2] ~= 'open' then
   return {Applied.UNCHANGED, tonumber(meta[3]) or 0, 0}
 end
@@ -44,7 +45,9 @@ if from == 0 then
   local now = now_ms()
   redrives = redis.call('HINCRBY', KEYS[1], 'redrives', 1)
   local deadline = now + tonumber(meta[4])
-  redis.call('HSET', KEYS[1], 'redriven_at', now, 'deadline', deadline, 'sealed', 1)
+  redis.call('HSET', KEYS[1], 'redriven_at', now, 'deadline', deadline)
+  -- A group planned open is sealed by its caller (or a give-up), never here.
+  if meta[11] ~= '1' then redis.call('HSET', KEYS[1], 'sealed', 1) end
   -- The group must outlive its new deadline: push every key's expiry past it.
   local expires = math.max(tonumber(meta[5]), deadline + tonumber(meta[4]))
   if expires > tonumber(meta[5]) then

@@ -44,6 +44,8 @@ class GroupMeta:
         "lost_next": "lost_next",
         "planned": "planned",
         "sealed": "sealed",
+        "open": "open",
+        "sealed_at": "sealed_at",
         "digest": "digest",
         "version": "version",
         "planner_at": "planner_at",
@@ -96,6 +98,10 @@ class GroupMeta:
     planned: bool = False
     #: The ledger takes no more chunks (every member written; none is kicked before).
     sealed: bool = False
+    #: Planned with ``open=True``: members are added until it is sealed.
+    open: bool = False
+    #: When an open group was sealed (``None``: not sealed by a call, or not open).
+    sealed_at: int | None = None
     #: What its members are (``groups/ledger.py``'s ``digest``): planning the id
     #: again with others is refused; '' in a group made before digests were.
     digest: str = ""
@@ -172,6 +178,8 @@ class GroupMeta:
             lost_next=as_int(f, "lost_next"),
             planned=f.get("planned") == "1",
             sealed=f.get("sealed", "1") == "1",
+            open=f.get("open") == "1",
+            sealed_at=as_time(f, "sealed_at"),
             digest=f.get("digest", ""),
             version=f.get("version", ""),
             planner_at=as_time(f, "planner_at"),
@@ -269,6 +277,7 @@ META_FIELDS: dict[str, tuple[str, Callable[[Any], str | int]]] = {
     "ttl": ("ttl", ms),
     "deadline": ("span", ms),
     "cancellable": ("cancellable", int),
+    "open": ("open", int),
     "results_inline_max": ("inline_max", int),
     "max_in_flight": ("max_in_flight", lambda most: most or 0),
     "version": ("version", lambda version: version or ""),
