@@ -35,6 +35,7 @@ EVERY_OPTION: dict[str, tuple[Any, Check]] = {
     "results_inline_max": (7, lambda meta, _: meta["inline_max"] == "7"),
     # Narrower than the groups below (a window as wide is none).
     "max_in_flight": (1, lambda meta, _: meta["max_in_flight"] == "1"),
+    "open": (True, lambda meta, _: meta["open"] == "1" and meta["sealed"] == "0"),
     "version": ("2026.12", lambda meta, _: meta["version"] == "2026.12"),
 }
 #: The values a ``@group_task`` body overrides its decorator's with.
