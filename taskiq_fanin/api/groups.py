@@ -91,12 +91,11 @@ class GroupHandle:
         """
         ctx = self._ctx
         claimant = growing.seal_claimant(secrets.token_hex(8))
-        sealing = await riding(
+        return await riding(
             ctx,
             lambda: growing.seal_group(ctx, self.group_id, claimant=claimant),
             what=("Sealing group", self.group_id),
         )
-        return sealing.total
 
 
 def _batch_of(group_id: str) -> str:

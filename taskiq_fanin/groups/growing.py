@@ -10,7 +10,6 @@ completes it at once (``sealGroup``), its caller enqueuing the continuation.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from taskiq_fanin.context import CLAIMANT, FanInContext
 from taskiq_fanin.domain.config import ms
@@ -32,15 +31,6 @@ from taskiq_fanin.storage.records import GroupMeta, read_fields
 from taskiq_fanin.storage.replies import Added, Sealed
 
 Member = Signature | ChainSpec
-
-
-@dataclass(frozen=True)
-class Sealing:
-    """What a seal did: the group's total, and whether this call sealed it."""
-
-    total: int
-    #: False: sealed before (or planned without ``open=True``), or over.
-    sealed_now: bool
 
 
 async def add_members(
@@ -106,8 +96,8 @@ def _check_takes_members(group_id: str, meta: GroupMeta) -> None:
         raise GroupSealedError(group_id=shown(group_id), why=why)
 
 
-async def seal_group(ctx: FanInContext, group_id: str, *, claimant: str) -> Sealing:
-    """Fix an open group's total; every member having an outcome, finish it now.
+async def seal_group(ctx: FanInContext, group_id: str, *, claimant: str) -> int:
+    """Fix an open group's total (returned); every member having an outcome, finish it.
 
     ``claimant``: this seal's, the same when it is retried (its reply lost):
     the retry is told it holds the finaliser's lease, and enqueues the
@@ -122,8 +112,7 @@ async def seal_group(ctx: FanInContext, group_id: str, *, claimant: str) -> Seal
         raise GroupNotFoundError(group_id=shown(group_id))
     if sealing.code is Sealed.CLAIMED:
         await finalise(ctx, group_id, sealing.token, claimant=claimant)
-    now = sealing.code in (Sealed.SEALED, Sealed.CLAIMED)
-    return Sealing(total=sealing.total, sealed_now=now)
+    return sealing.total
 
 
 def seal_claimant(seal_token: str) -> str:
