@@ -145,16 +145,22 @@ class Run:
     async def kept(self) -> set[str]:
         """Member task ids whose outcome the primary holds now: those in an open
         group's done set, and every member of a group past open (its outcomes
-        were all recorded; a finished group keeps no done set)."""
+        were all recorded; a finished group keeps no done set).
+
+        The done set is read before the state: a group still open after it
+        held every member recorded before it (the set only grows while open),
+        where one read open and then dispatched (its done set unlinked) before
+        its set was read would count every member lost.
+        """
         fanin = find_fanin(self.app.broker)
         found: set[str] = set()
         async with self.connect() as client:
             for g in range(GROUPS):
+                done = await client.smembers(GroupKeys(self.prefix, f"g{g}").done)
                 status = await group_status(fanin, f"g{g}")
                 if status.state is not GroupState.OPEN:
                     found |= {f"g{g}~{i}" for i in range(MEMBERS)}
                     continue
-                done = await client.smembers(GroupKeys(self.prefix, f"g{g}").done)
                 found |= {f"g{g}~{int(i)}" for i in done}
         return found
 

@@ -16,6 +16,7 @@ from local_redis import RedisServer
 from taskiq_fanin import FanInMiddleware
 from taskiq_fanin.chains.cursor import CHAIN_LABEL, ChainCursor
 from taskiq_fanin.domain.labels import CONTINUATION_LABEL, MEMBER_LABEL, OnErrorRef
+from taskiq_fanin.errors import MiddlewareNotFoundError
 
 RETRY_FOR = 0.5
 #: What a connect to a port nobody listens on raises: refused at once, or, on a
@@ -85,3 +86,31 @@ async def test_a_guard_that_cannot_be_asked_runs_no_body(
     with pytest.raises(AWAY_ERRORS):
         await away.pre_execute(message(**labels))
     assert away.context.outcomes.running == 0
+
+
+async def test_a_hook_after_shutdown_raises_rather_than_do_nothing() -> None:
+    """When its listener fails (a read of the queue meeting a primary that died),
+    taskiq shuts the broker down without waiting for the tasks still running: a
+    member that ends afterwards must not be acknowledged with its outcome never
+    recorded (tests/test_sentinel_failover.py, now and then, counted such a
+    member as recorded and found it lost), nor a guarded body run unguarded."""
+    with RedisServer() as server:
+        client = Redis(host=server.host, port=server.port)
+        fanin = FanInMiddleware(client, prefix="shut", retry_for=RETRY_FOR)
+        broker = InMemoryBroker().with_middlewares(fanin)
+        await broker.startup()
+        member = message(**{MEMBER_LABEL: "g/0/tok"})
+        await fanin.pre_execute(member)  # it started while the middleware ran
+        await broker.shutdown()
+        done = TaskiqResult(is_err=False, return_value=1, execution_time=0.0)
+        try:
+            with pytest.raises(MiddlewareNotFoundError, match="unacknowledged"):
+                await fanin.post_execute(member, done)
+            guarded = message(**{CONTINUATION_LABEL: "g/tok/then"})
+            with pytest.raises(MiddlewareNotFoundError, match="unacknowledged"):
+                await fanin.pre_execute(guarded)
+            plain = message()  # nothing of the library's: runs as it is
+            assert await fanin.pre_execute(plain) is plain
+            await fanin.post_execute(plain, done)
+        finally:
+            await client.aclose()

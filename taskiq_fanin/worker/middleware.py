@@ -7,6 +7,7 @@ starting, a run ended: ``engine/events.py``), handed to the engine's one entry
 ``status``, ...) live in ``api``.
 """
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from taskiq import AsyncBroker, TaskiqMessage, TaskiqMiddleware, TaskiqResult
@@ -14,6 +15,8 @@ from taskiq import AsyncBroker, TaskiqMessage, TaskiqMiddleware, TaskiqResult
 from taskiq_fanin.context import FanInContext, peers_of, share_prefix
 from taskiq_fanin.domain.config import FanInConfig, FanInOptions
 from taskiq_fanin.domain.exceptions import InvalidOptionError, MiddlewareNotFoundError
+from taskiq_fanin.domain.labels import MEMBER_LABEL
+from taskiq_fanin.engine import guard
 from taskiq_fanin.engine.events import RunStarting
 from taskiq_fanin.engine.runs import Runs, register_tasks
 from taskiq_fanin.storage.result_pages import ResultPageReader
@@ -24,6 +27,11 @@ from taskiq_fanin.worker.heartbeat import Heartbeat
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+logger = logging.getLogger("taskiq_fanin")
+#: The labels of a message the engine has something to do with: a member, or a
+#: body it guards and records the end of (a continuation, a chain step, ...).
+_HANDLED = guard.GUARDED | {MEMBER_LABEL}
 
 
 class FanInMiddleware(TaskiqMiddleware):
@@ -132,7 +140,7 @@ class FanInMiddleware(TaskiqMiddleware):
         """
         skipping.reset_skip()  # never inherit a flag (brokers may run messages inline)
         ending.began(message)
-        runs = self._runs
+        runs = self._running(message)
         if runs is not None and not await runs.starting(RunStarting(message)):
             skipping.skip_current_message(self.broker, message)
         return message
@@ -163,8 +171,30 @@ class FanInMiddleware(TaskiqMiddleware):
         """
         skipped = skipping.reset_skip()
         raised = ending.take_raised()
-        runs = self._runs
+        runs = self._running(message)
         if runs is not None:
             await runs.ended(
                 ending.ended(message, result, skipped=skipped, raised=raised)
             )
+
+    def _running(self, message: TaskiqMessage) -> Runs | None:
+        """The engine; ``None`` while stopped, for a message none of the library's.
+
+        A message of the library's raises ``MiddlewareNotFoundError`` then, and
+        stays unacknowledged to come back: when its listener fails (a read of
+        the queue meeting a primary that died) taskiq shuts the broker down
+        without waiting for the tasks still running, and a hook that did
+        nothing would let a member be acknowledged with its outcome never
+        recorded, or a guarded body run without its guard.
+        """
+        runs = self._runs
+        if runs is None and not _HANDLED.isdisjoint(message.labels):
+            error = MiddlewareNotFoundError(
+                reason=(
+                    f"FanInMiddleware is not running (not started, or shut down): "
+                    f"task {message.task_id} is left unacknowledged to come back"
+                )
+            )
+            logger.warning("%s", error)  # taskiq may not log a hook's error
+            raise error
+        return runs
