@@ -27,7 +27,13 @@ from taskiq_fanin.cli.output import (
     sweep_table,
     versions_table,
 )
-from taskiq_fanin.cli.parser import ExitCode, NotFoundError, UsageError
+from taskiq_fanin.cli.parser import (
+    PREFIX_VARIABLES,
+    URL_VARIABLES,
+    ExitCode,
+    NotFoundError,
+    UsageError,
+)
 from taskiq_fanin.domain.config import DEFAULT_PREFIX
 from taskiq_fanin.domain.results import GroupState, GroupStatus, SweepPolicy
 from taskiq_fanin.worker.middleware import FanInMiddleware
@@ -68,13 +74,19 @@ def open_target(args: argparse.Namespace) -> tuple[FanInMiddleware, Startable]:
     if args.command == "sweep" and args.mode != "dry_run":
         flag = "--" + args.mode.replace("_", "-")
         raise UsageError(f"sweep {flag} kicks tasks: it needs --broker MODULE:VARIABLE")
-    url = args.redis_url or os.environ.get("REDIS_URL")
+    url = args.redis_url or _from_env(URL_VARIABLES)
     if not url:
-        raise UsageError("no Redis: pass --redis-url or set REDIS_URL")
-    fanin = FanInMiddleware(
-        url, cluster=args.cluster, prefix=args.prefix or DEFAULT_PREFIX
-    )
+        raise UsageError(
+            f"no Redis: pass --redis-url or set {' or '.join(URL_VARIABLES)}"
+        )
+    prefix = args.prefix or _from_env(PREFIX_VARIABLES) or DEFAULT_PREFIX
+    fanin = FanInMiddleware(url, cluster=args.cluster, prefix=prefix)
     return fanin, fanin
+
+
+def _from_env(names: tuple[str, ...]) -> str | None:
+    """The first of these environment variables that is set and not empty."""
+    return next((os.environ[n] for n in names if os.environ.get(n)), None)
 
 
 async def _redis_now(fanin: FanInMiddleware) -> datetime:

@@ -32,6 +32,11 @@ EXIT_MEANINGS = {
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
 
+#: Where the Redis URL and the prefix come from without --redis-url and
+#: --prefix: the first of these set (and not empty). A flag wins over them.
+URL_VARIABLES = ("TASKIQ_FANIN_REDIS_URL", "REDIS_URL")
+PREFIX_VARIABLES = ("TASKIQ_FANIN_PREFIX",)
+
 #: The options every command takes, before or after the command's name.
 GLOBAL_OPTIONS = "--redis-url, --cluster, --prefix, --broker and --json"
 
@@ -39,7 +44,8 @@ EPILOG = f"""\
 {GLOBAL_OPTIONS} go before or after the command:
 `{{prog}} --redis-url URL list` and `{{prog}} list --redis-url URL` are the same.
 Without --broker, the commands read Redis through a FanInMiddleware of their
-own (--redis-url, default $REDIS_URL; --prefix, default "{DEFAULT_PREFIX}"); with
+own (--redis-url, else $TASKIQ_FANIN_REDIS_URL, else $REDIS_URL; --prefix, else
+$TASKIQ_FANIN_PREFIX, else "{DEFAULT_PREFIX}": set them once, a flag wins); with
 --cluster, the URL is any one node of a Redis Cluster; a primary behind
 Sentinel is redis+sentinel://host[:port][,host[:port]...]/<master name>[/<db>]. A sweep
 that acts (--redrive, --give-up, --apply) kicks tasks, so it needs your broker
@@ -89,7 +95,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, after: bool) -> None
     parser.add_argument(
         "--redis-url",
         default=default(None),
-        help="Redis of the groups and chains (default: $REDIS_URL); "
+        help="Redis of the groups and chains (default: $TASKIQ_FANIN_REDIS_URL, "
+        "else $REDIS_URL); "
         "redis+sentinel://... for a primary behind Sentinel",
     )
     parser.add_argument(
@@ -101,7 +108,7 @@ def _add_global_options(parser: argparse.ArgumentParser, *, after: bool) -> None
     parser.add_argument(
         "--prefix",
         default=default(None),
-        help=f'key prefix (default: "{DEFAULT_PREFIX}")',
+        help=f'key prefix (default: $TASKIQ_FANIN_PREFIX, else "{DEFAULT_PREFIX}")',
     )
     parser.add_argument(
         "--broker",
