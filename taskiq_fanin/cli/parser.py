@@ -24,13 +24,17 @@ class ExitCode(enum.IntEnum):
 #: What each exit code means, for ``--help`` (every code has a line).
 EXIT_MEANINGS = {
     ExitCode.OK: "done",
-    ExitCode.NOT_FOUND: "status: no group or chain has that id under the prefix",
+    ExitCode.NOT_FOUND: "status, watch: no group or chain has that id under the prefix",
     ExitCode.USAGE: "usage error: options or arguments that cannot run as given",
     ExitCode.STUCK: "sweep --fail-on-stuck: stuck groups or chains were found",
     ExitCode.UNREACHABLE: "Redis (or the broker) could not be reached, "
     "or replied with an error",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
+
+#: Seconds between two reads of ``watch`` and ``list --watch``, and the bounds.
+DEFAULT_INTERVAL = 0.5
+MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
 
 #: Where the Redis URL and the prefix come from without --redis-url and
 #: --prefix: the first of these set (and not empty). A flag wins over them.
@@ -54,6 +58,8 @@ instead: --broker module.path:variable, as for `taskiq worker`.
 status ID shows the group with that id, else the chain. When there is neither,
 it says so in one line on stderr and exits {ExitCode.NOT_FOUND:d}; with --json it also
 prints null, so that stdout is one JSON document whenever Redis answered.
+watch ID follows it live and ends by itself when it has ended, with the exit
+code of status; with --json, one JSON object a line, each time it changed.
 
 exit codes:
 """ + "\n".join(f"  {code:>3d}  {meaning}" for code, meaning in EXIT_MEANINGS.items())
@@ -79,6 +85,28 @@ def _positive(text: str) -> int:
     if not text.isdigit() or int(text) == 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
     return int(text)
+
+
+def _interval(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds from {MIN_INTERVAL} to {MAX_INTERVAL}"
+        )
+    return seconds
+
+
+def _add_interval(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--interval",
+        type=_interval,
+        default=DEFAULT_INTERVAL,
+        metavar="SECONDS",
+        help=f"seconds between reads (default: {DEFAULT_INTERVAL})",
+    )
 
 
 def _add_global_options(parser: argparse.ArgumentParser, *, after: bool) -> None:
@@ -129,7 +157,7 @@ def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
     """The parser of every command; the global options go before or after it."""
     parser = _Parser(
         prog=prog,
-        description="Status, listing and sweep of groups and chains.",
+        description="Status, live watch, listing and sweep of groups and chains.",
         epilog=EPILOG.format(prog=prog),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -170,6 +198,19 @@ def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
         action="store_true",
         help="only chains, with how many run each version (may an old handler go?)",
     )
+    listing.add_argument(
+        "--watch",
+        action="store_true",
+        help="read and show the list again and again, until Ctrl-C "
+        "(with --json: one JSON document a line, each time it changed)",
+    )
+    _add_interval(listing)
+    watching = command(
+        "watch",
+        "a group's bar, or a chain's steps, live until it ends",
+    )
+    watching.add_argument("id", metavar="ID", help="a group id or a chain id")
+    _add_interval(watching)
     sweeping = command("sweep", "find the groups and chains that stopped moving")
     modes = sweeping.add_mutually_exclusive_group()
     for flag, text in (
