@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pytest
 from taskiq import AsyncBroker
 
+import taskiq_fanin
 from taskiq_fanin import Signature, Skip, chain, group
 from tests.cli_runner import run_cli
 from tests.harness import ROOT, eventually, stream_broker, worker
@@ -117,13 +118,19 @@ async def test_watch_in_a_terminal_shows_the_bar_move_and_ends_with_the_final_st
     assert "state completed" in last
     failed = SIZE // 50
     assert f"done {SIZE - 2 * failed}  failed {failed}  skipped {failed}" in last
+    assert "latest failures" in last
+    for index in range(FAILS, SIZE, 50):  # each failed member, with its error
+        assert re.search(rf"#{index}\s+MemberFailedError: member {index} failed", last)
     assert "\x1b[" in screen.raw.decode(errors="replace")  # drawn live, in place
     assert "Traceback" not in text
 
 
-async def piped_watch(rig: Rig, workflow_id: str) -> tuple[int, bytes, bytes]:
+async def piped_watch(
+    rig: Rig, workflow_id: str, *, cancel: bool = False
+) -> tuple[int, bytes, bytes]:
     """``watch --json`` through a pipe: its first line read before a worker
-    starts, the rest once the worker ran everything; exit code, stdout, stderr.
+    starts (or the workflow is cancelled, with ``cancel``), the rest once the
+    worker ran everything; exit code, stdout, stderr.
     """
     process = subprocess.Popen(
         rig.command("watch", workflow_id, "--json", "--interval", INTERVAL),
@@ -136,8 +143,12 @@ async def piped_watch(rig: Rig, workflow_id: str) -> tuple[int, bytes, bytes]:
         first = await asyncio.wait_for(
             asyncio.to_thread(process.stdout.readline), BOUND
         )
-        async with worker(rig.broker, max_async_tasks=SLOTS):
+        if cancel:
+            assert await taskiq_fanin.cancel(rig.broker, workflow_id)
             rest, errors = await asyncio.to_thread(process.communicate, None, BOUND)
+        else:
+            async with worker(rig.broker, max_async_tasks=SLOTS):
+                rest, errors = await asyncio.to_thread(process.communicate, None, BOUND)
     finally:
         if process.poll() is None:
             process.kill()
@@ -166,6 +177,10 @@ async def test_watch_json_through_a_pipe_prints_a_json_object_per_change(
     last = lines[-1]
     assert last["done"] + last["failed"] + last["skipped"] == last["total"] == SIZE
     assert (last["failed"], last["skipped"]) == (SIZE // 50, SIZE // 50)
+    assert sorted(last["failures"], key=lambda f: f["index"]) == [
+        {"index": i, "error": f"MemberFailedError: member {i} failed"}
+        for i in range(FAILS, SIZE, 50)
+    ]
     assert last["ended"] is True
     assert last["state"] == "completed"
     assert last["percent"] == 100.0
@@ -195,6 +210,22 @@ async def test_watch_of_a_chain_follows_its_steps_and_its_group_step(
     assert grouped, "the group step was seen"
     assert {g["total"] for g in grouped} == {20}
     assert all(line["step"] == 2 for line in lines if line["group"] is not None)
+
+
+async def test_watch_of_a_group_cancelled_while_watched_ends_cancelled_with_exit_0(
+    rig: Rig,
+) -> None:
+    group_id = await rig.plan(5)  # no worker: only the cancel ends it
+
+    code, stdout, errors = await piped_watch(rig, group_id, cancel=True)
+
+    assert code == 0, errors
+    lines = [json.loads(line) for line in stdout.decode().splitlines()]
+    assert [(line["state"], line["ended"]) for line in lines] == [
+        ("open", False),
+        ("cancelled", True),
+    ]
+    assert (lines[-1]["done"], lines[-1]["total"]) == (0, 5)
 
 
 async def test_watch_of_an_unknown_id_exits_1_and_prints_no_json(rig: Rig) -> None:

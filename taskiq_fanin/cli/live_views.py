@@ -1,7 +1,7 @@
 """What ``watch`` draws: a group's bar, a chain's steps with its group step's bar."""
 
-from rich import box
 from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -66,7 +66,16 @@ def group_lines(view: GroupView) -> RenderableType:
         f"  lost {view.lost}" if view.lost else "",
         f"  in flight {view.in_flight}" if view.in_flight is not None else "",
     )
-    return Group(line, counts)
+    if not view.failures:
+        return Group(line, counts)
+    failures = Table(
+        title="latest failures", title_justify="left", box=None, show_header=False
+    )
+    failures.add_column("member", justify="right", style="red", no_wrap=True)
+    failures.add_column("error", overflow="ellipsis", no_wrap=True)
+    for failure in view.failures:
+        failures.add_row(f"#{failure.index}", failure.error)
+    return Group(line, counts, failures)
 
 
 def group_screen(view: GroupView) -> RenderableType:
@@ -81,18 +90,21 @@ def chain_screen(view: ChainView) -> RenderableType:
         _state(view.state, view.ended),
         f"  step {view.step} of {view.steps}",
     )
-    steps = Table(box=box.SIMPLE_HEAD)
-    steps.add_column("", no_wrap=True)
-    steps.add_column("#", justify="right")
-    steps.add_column("step")
-    steps.add_column("state")
+    parts: list[RenderableType] = [title]
+    width = max((len(name) for name in view.step_names), default=0)
+    digits = len(str(view.steps))
     for number, name in enumerate(view.step_names, start=1):
         state = _step_state(view, number)
         current = number == view.step and not view.ended
-        steps.add_row(">" if current else "", str(number), name, state)
+        parts.append(
+            Text.assemble(
+                (">" if current else " ", "bold"),
+                f" {number:>{digits}}  {name:<{width}}  ",
+                (state, "bold yellow" if current else ""),
+            )
+        )
         if current and view.group is not None:
-            steps.add_row("", "", group_lines(view.group), "")
-    parts: list[RenderableType] = [title, steps]
+            parts.append(Padding(group_lines(view.group), (0, 0, 0, digits + 3)))
     if view.error:
         parts.append(Text(f"error: {view.error}", style="red"))
     return Group(*parts)

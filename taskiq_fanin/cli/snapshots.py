@@ -1,28 +1,22 @@
 """What ``watch`` shows of a group or a chain at one read, and its JSON line.
 
-One read of Redis becomes a :class:`GroupView` or a :class:`ChainView`: the
-counts, the state, the pace (outcomes a second, time left) and whether the
-workflow has ended. The live screen and ``--json`` both draw from them.
+One read of Redis (``progress()``: O(1) in a group's size) becomes a
+:class:`GroupView` or a :class:`ChainView`: the counts, the state, the pace
+(outcomes a second, time left), the latest failures and whether the workflow
+has reached its end. The live screen and ``--json`` both draw from them.
 """
 
 from __future__ import annotations
 
-import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from taskiq_fanin.api.control import group_status, status
-from taskiq_fanin.domain.results import (
-    ChainState,
-    ChainStatus,
-    GroupState,
-    GroupStatus,
-    MemberError,
-)
+from taskiq_fanin.api.control import chain_status, progress
+from taskiq_fanin.cli.failures import Failure, LatestFailures, error_text
+from taskiq_fanin.domain.progress import ChainProgress, GroupProgress
+from taskiq_fanin.domain.results import ChainState, ChainStatus, GroupState
 from taskiq_fanin.worker.middleware import FanInMiddleware
 
-#: A group in one of these states has member outcomes to come.
-_GROUP_RUNS = frozenset({GroupState.OPEN, GroupState.GIVING_UP})
 #: A group in one of these states has reached its end: its continuation ran
 #: (or none was to), it was cancelled, or Redis holds nothing of it any more.
 #: Past its members, a group still moves (claimed, dispatched, running) until
@@ -30,17 +24,15 @@ _GROUP_RUNS = frozenset({GroupState.OPEN, GroupState.GIVING_UP})
 _GROUP_ENDS = frozenset(
     {GroupState.COMPLETED, GroupState.CANCELLED, GroupState.MISSING}
 )
-#: A chain in one of these states still moves.
-_CHAIN_RUNS = frozenset({ChainState.RUNNING, ChainState.FAILING})
-#: Seconds of outcomes the rate is measured over.
-PACE_WINDOW = 10.0
-#: Fewer outcomes than this in the window: no rate yet, it would mislead.
-PACE_LEAST = 3
+#: A chain in one of these states has reached its end.
+_CHAIN_ENDS = frozenset(
+    {ChainState.DONE, ChainState.FAILED, ChainState.CANCELLED, ChainState.MISSING}
+)
 
 
 @dataclass(frozen=True)
 class GroupView:
-    """A group's counts and pace at one read."""
+    """A group's counts, pace and latest failures at one read."""
 
     group_id: str
     state: str
@@ -54,6 +46,10 @@ class GroupView:
     in_flight: int | None
     rate: float | None
     eta_seconds: float | None
+    percent: float
+    #: Every member has an outcome (or was given up), or it was cancelled.
+    members_ended: bool
+    failures: tuple[Failure, ...] = ()
 
     @property
     def finished(self) -> int:
@@ -64,18 +60,6 @@ class GroupView:
     def ended(self) -> bool:
         """The group reached its end: nothing of it moves any more."""
         return self.state in {s.value for s in _GROUP_ENDS}
-
-    @property
-    def members_ended(self) -> bool:
-        """Every member has an outcome (or was given up, or it was cancelled)."""
-        return self.state not in {s.value for s in _GROUP_RUNS}
-
-    @property
-    def percent(self) -> float:
-        """Finished members, in percent of the total."""
-        if self.total <= 0:
-            return 100.0 if self.members_ended else 0.0
-        return round(100.0 * min(self.finished, self.total) / self.total, 2)
 
 
 @dataclass(frozen=True)
@@ -88,52 +72,24 @@ class ChainView:
     step: int
     steps: int
     step_names: list[str]
+    #: Steps that ended done, and failed.
     done: int
     failed: int
     #: The current step's group, while the chain is at a group step.
     group: GroupView | None
     error: str | None
-    ended: bool
+
+    @property
+    def ended(self) -> bool:
+        """The chain reached its end: done, failed or cancelled (or is gone)."""
+        return self.state in {s.value for s in _CHAIN_ENDS}
 
 
 View = GroupView | ChainView
 
 
-@dataclass
-class Pace:
-    """Outcomes a second over the last seconds, from the reads of each group."""
-
-    window: float = PACE_WINDOW
-    _seen: dict[str, collections.deque[tuple[float, int]]] = field(default_factory=dict)
-
-    def measure(self, status: GroupStatus) -> tuple[float | None, float | None]:
-        """The group's rate and time left, with this read added."""
-        if status.read_at is None:
-            return None, None
-        seen = self._seen.setdefault(status.group_id, collections.deque())
-        now = status.read_at.timestamp()
-        finished = status.done + status.failed + status.skipped + status.lost
-        seen.append((now, finished))
-        while len(seen) > 2 and now - seen[1][0] >= self.window:
-            seen.popleft()
-        (first, before), (last, after) = seen[0], seen[-1]
-        if last - first <= 0 or after - before < PACE_LEAST:
-            return None, None
-        rate = (after - before) / (last - first)
-        if status.state not in _GROUP_RUNS or not status.sealed:
-            return rate, None  # over, or its total is not fixed yet
-        return rate, max(status.total - finished, 0) / rate
-
-
-def _error(error: MemberError | None) -> str | None:
-    if error is None:
-        return None
-    return f"{error.type}: {error.message}" if error.message else error.type
-
-
-def group_view(found: GroupStatus, pace: Pace) -> GroupView:
+def group_view(found: GroupProgress, failures: LatestFailures) -> GroupView:
     """The view of one read of a group."""
-    rate, eta = pace.measure(found)
     return GroupView(
         group_id=found.group_id,
         state=found.state.value,
@@ -142,49 +98,54 @@ def group_view(found: GroupStatus, pace: Pace) -> GroupView:
         failed=found.failed,
         skipped=found.skipped,
         lost=found.lost,
-        open=not found.sealed,
-        in_flight=found.in_flight if found.max_in_flight else None,
-        rate=rate,
-        eta_seconds=eta,
+        open=found.open,
+        in_flight=found.in_flight,
+        rate=found.rate,
+        eta_seconds=found.eta_seconds,
+        percent=found.percent,
+        members_ended=found.ended,
+        failures=failures.of(found.group_id) if found.failed else (),
     )
 
 
-async def chain_view(
-    fanin: FanInMiddleware, found: ChainStatus, pace: Pace
+def chain_view(
+    found: ChainProgress, record: ChainStatus, failures: LatestFailures
 ) -> ChainView:
     """The view of one read of a chain, and of its group step's group."""
     group = None
-    if found.step_group_id is not None:
-        step_group = await group_status(fanin, found.step_group_id)
-        if step_group.state is not GroupState.MISSING:
-            group = group_view(step_group, pace)
-    ended = found.state not in _CHAIN_RUNS
-    failed = len(found.failures) or int(found.failed_step is not None)
-    ran = found.steps if found.state is ChainState.DONE else found.step
+    if found.group is not None and found.group.state is not GroupState.MISSING:
+        group = group_view(found.group, failures)
+    failed = len(record.failures) or int(record.failed_step is not None)
+    if record.state is ChainState.DONE:
+        ran = record.steps
+    elif record.failed_step is not None:
+        ran = record.failed_step + 1
+    else:
+        ran = record.step
     return ChainView(
         chain_id=found.chain_id,
         state=found.state.value,
-        step=min(found.step + 1, found.steps),
+        step=found.step,
         steps=found.steps,
         step_names=list(found.step_names),
-        done=max(ran - failed, 0),
+        done=max(min(ran, record.steps) - failed, 0),
         failed=failed,
         group=group,
-        error=_error(found.error),
-        ended=ended,
+        error=None if record.error is None else error_text(record.error),
     )
 
 
 async def read_view(
-    fanin: FanInMiddleware, workflow_id: str, pace: Pace
+    fanin: FanInMiddleware, workflow_id: str, failures: LatestFailures
 ) -> View | None:
     """The group with that id, else the chain; ``None`` when neither exists."""
-    found = await status(fanin, workflow_id)
-    if isinstance(found, GroupStatus):
+    found = await progress(fanin, workflow_id)
+    if isinstance(found, GroupProgress):
         if found.state is GroupState.MISSING:
             return None
-        return group_view(found, pace)
-    return await chain_view(fanin, found, pace)
+        return group_view(found, failures)
+    record = await chain_status(fanin, workflow_id)
+    return chain_view(found, record, failures)
 
 
 def _rounded(value: float | None, digits: int) -> float | None:
@@ -208,6 +169,10 @@ def group_doc(view: GroupView) -> dict[str, Any]:
         "open": view.open,
         "in_flight": view.in_flight,
         "ended": view.ended,
+        "failures": [
+            {"index": failure.index, "error": failure.error}
+            for failure in view.failures
+        ],
     }
 
 

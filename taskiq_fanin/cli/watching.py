@@ -15,19 +15,15 @@ from typing import Any
 from rich.console import Console, RenderableType
 from rich.live import Live
 
+from taskiq_fanin.cli.failures import LatestFailures
 from taskiq_fanin.cli.live_views import screen
 from taskiq_fanin.cli.parser import ExitCode, NotFoundError
-from taskiq_fanin.cli.snapshots import (
-    GroupView,
-    Pace,
-    View,
-    changed,
-    read_view,
-    view_doc,
-)
-from taskiq_fanin.domain.results import ChainState, GroupState
+from taskiq_fanin.cli.snapshots import View, changed, read_view, view_doc
+from taskiq_fanin.domain.results import GroupState
 from taskiq_fanin.worker.middleware import FanInMiddleware
 
+#: Longest the end of a watch waits for the last failures to be read (seconds).
+SETTLE_SECONDS = 5.0
 #: One read of what a watch shows: its JSON document, and what a terminal draws.
 Read = Callable[[], Awaitable[tuple[Any, RenderableType]]]
 
@@ -41,35 +37,56 @@ async def watch(
     fanin: FanInMiddleware, workflow_id: str, *, interval: float, as_json: bool
 ) -> int:
     """Follow one group or chain until it ends; the exit code of ``status``."""
-    pace = Pace()
+    failures = LatestFailures(fanin)
 
     async def read() -> View:
-        view = await read_view(fanin, workflow_id, pace)
+        view = await read_view(fanin, workflow_id, failures)
         if view is None:
             prefix = fanin.config.prefix
             raise NotFoundError(
                 f'no group or chain "{workflow_id}" under prefix "{prefix}"'
             )
+        if view.ended:  # its last failures read before its last frame
+            await failures.settle(SETTLE_SECONDS)
+            view = await read_view(fanin, workflow_id, failures) or view
         return view
 
-    view = await read()
-    if as_json:
-        last: dict[str, Any] | None = None
-        while True:
-            document = view_doc(view)
-            if changed(last, document):
-                print_line(document)
-                last = document
-            if view.ended:
-                return ExitCode.OK
-            await asyncio.sleep(interval)
-            view = await _reread(read, view)
+    try:
+        view = await read()
+        if as_json:
+            await _lines(read, view, interval)
+        else:
+            await _live(read, view, interval)
+    finally:
+        await failures.close()
+    return ExitCode.OK
+
+
+async def _lines(
+    read: Callable[[], Awaitable[View]], view: View, interval: float
+) -> None:
+    """A JSON line for the first read and each change, until the end."""
+    last: dict[str, Any] | None = None
+    while True:
+        document = view_doc(view)
+        if changed(last, document):
+            print_line(document)
+            last = document
+        if view.ended:
+            return
+        await asyncio.sleep(interval)
+        view = await _reread(read, view)
+
+
+async def _live(
+    read: Callable[[], Awaitable[View]], view: View, interval: float
+) -> None:
+    """The view redrawn in place after each read; the last stays on the screen."""
     with Live(screen(view), console=Console(), auto_refresh=False) as live:
         while not view.ended:
             await asyncio.sleep(interval)
             view = await _reread(read, view)
             live.update(screen(view), refresh=True)
-    return ExitCode.OK
 
 
 async def _reread(read: Callable[[], Awaitable[View]], last: View) -> View:
@@ -77,7 +94,7 @@ async def _reread(read: Callable[[], Awaitable[View]], last: View) -> View:
     try:
         return await read()
     except NotFoundError:
-        return _gone(last)
+        return replace(last, state=GroupState.MISSING.value)
 
 
 def _ageless(document: Any) -> Any:
@@ -87,12 +104,6 @@ def _ageless(document: Any) -> Any:
     if isinstance(document, dict):
         return {k: v for k, v in document.items() if k != "age_seconds"}
     return document
-
-
-def _gone(last: View) -> View:
-    if isinstance(last, GroupView):
-        return replace(last, state=GroupState.MISSING.value)
-    return replace(last, state=ChainState.MISSING.value, ended=True)
 
 
 async def watch_list(read: Read, *, interval: float, as_json: bool) -> int:
