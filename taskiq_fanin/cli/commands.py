@@ -36,7 +36,7 @@ from taskiq_fanin.cli.parser import (
     NotFoundError,
     UsageError,
 )
-from taskiq_fanin.cli.watching import watch, watch_list
+from taskiq_fanin.cli.watch_loops import watch, watch_list
 from taskiq_fanin.domain.config import DEFAULT_PREFIX
 from taskiq_fanin.domain.results import GroupState, GroupStatus, SweepPolicy
 from taskiq_fanin.worker.middleware import FanInMiddleware

@@ -13,8 +13,8 @@ from typing import Any
 
 from taskiq_fanin.api.control import chain_status, progress
 from taskiq_fanin.cli.failures import Failure, LatestFailures, error_text
-from taskiq_fanin.domain.progress import ChainProgress, GroupProgress
 from taskiq_fanin.domain.results import ChainState, ChainStatus, GroupState
+from taskiq_fanin.domain.watching import ChainProgress, GroupProgress
 from taskiq_fanin.worker.middleware import FanInMiddleware
 
 #: A group in one of these states has reached its end: its continuation ran
