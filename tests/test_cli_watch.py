@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +18,7 @@ import pytest
 from taskiq import AsyncBroker
 
 import taskiq_fanin
+from local_redis import free_port
 from taskiq_fanin import Signature, Skip, chain, group
 from tests.cli_runner import run_cli
 from tests.harness import ROOT, eventually, stream_broker, worker
@@ -268,3 +270,68 @@ async def test_list_watch_shows_a_group_planned_after_it_started(
 
     assert code == 130, screen.text
     assert "Traceback" not in screen.text
+
+
+async def test_list_watch_json_prints_the_list_again_when_it_changed(
+    rig: Rig,
+) -> None:
+    first = await rig.plan(2)
+    process = subprocess.Popen(
+        rig.command("list", "--watch", "--json", "--interval", INTERVAL),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    readline = process.stdout.readline
+    try:
+        before = json.loads(await asyncio.wait_for(asyncio.to_thread(readline), BOUND))
+        second = await rig.plan(2)
+        after = json.loads(await asyncio.wait_for(asyncio.to_thread(readline), BOUND))
+        process.send_signal(signal.SIGINT)
+        _, errors = await asyncio.to_thread(process.communicate, None, BOUND)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+    assert [group["group_id"] for group in before] == [first]
+    assert {group["group_id"] for group in after} == {first, second}
+    assert process.returncode == 130, errors
+    assert b"Traceback" not in errors
+
+
+async def test_a_reader_that_stops_reading_ends_the_watch_quietly(rig: Rig) -> None:
+    """``watch --json | head -1``: the next line finds the pipe closed."""
+    group_id = await rig.plan()
+    process = subprocess.Popen(
+        rig.command("watch", group_id, "--json", "--interval", INTERVAL),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    try:
+        await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), BOUND)
+        process.stdout.close()  # as head does after its line
+        async with worker(rig.broker, max_async_tasks=SLOTS):
+            code = await asyncio.to_thread(process.wait, BOUND)
+        errors = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        process.stderr.close()
+
+    assert (code, errors) == (0, b"")
+
+
+async def test_watch_without_redis_exits_4_in_one_line() -> None:
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+
+    run = await run_cli("watch", "some-id", "--json", "--redis-url", nowhere)
+
+    assert run.code == 4
+    assert run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1

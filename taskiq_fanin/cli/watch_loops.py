@@ -8,6 +8,8 @@ by itself once the group or the chain has ended; ``list --watch`` at Ctrl-C.
 
 import asyncio
 import json
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -28,9 +30,19 @@ SETTLE_SECONDS = 5.0
 Read = Callable[[], Awaitable[tuple[Any, RenderableType]]]
 
 
+class ReaderGoneError(Exception):
+    """The pipe's reader stopped reading (``watch --json | head -1``)."""
+
+
 def print_line(document: object) -> None:
     """One JSON object on one line, flushed at once: a pipe sees it now."""
-    print(json.dumps(document, separators=(",", ":")), flush=True)
+    try:
+        print(json.dumps(document, separators=(",", ":")), flush=True)
+    except BrokenPipeError:
+        # Nothing more is read: stdout goes nowhere, so that the flush at
+        # exit does not fail too, and the watch ends as ``head`` asked.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise ReaderGoneError from None
 
 
 async def watch(
@@ -57,6 +69,8 @@ async def watch(
             await _lines(read, view, interval)
         else:
             await _live(read, view, interval)
+    except ReaderGoneError:
+        pass
     finally:
         await failures.close()
     return ExitCode.OK
@@ -113,7 +127,10 @@ async def watch_list(read: Read, *, interval: float, as_json: bool) -> int:
         last = None
         while True:
             if _ageless(document) != last:
-                print_line(document)
+                try:
+                    print_line(document)
+                except ReaderGoneError:
+                    return ExitCode.OK
                 last = _ageless(document)
             await asyncio.sleep(interval)
             document, drawn = await read()
