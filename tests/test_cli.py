@@ -494,7 +494,7 @@ async def test_taskiq_own_cli_runs_the_fanin_commands(app) -> None:
 
 
 async def test_no_redis_url_is_a_usage_error_in_one_line() -> None:
-    run = await run_cli("list", env={"REDIS_URL": None})
+    run = await run_cli("list", env={"REDIS_URL": None, "TASKIQ_FANIN_REDIS_URL": None})
 
     assert run.code == 2
     assert run.stdout == ""

@@ -1,8 +1,9 @@
-"""``taskiq-fanin``: a group's or a chain's status, the open groups, and the sweep.
+"""``taskiq-fanin``: a group's or a chain's status, once or live; lists; the sweep.
 
 Nothing waits on a group or a chain, so an operator needs a way to look at one
 without writing Python, and cron needs an exit code. Each command prints a table,
-or one JSON document with ``--json``. ``taskiq fanin ...`` runs the same commands.
+or one JSON document with ``--json`` (``watch``: one a line, as it changes).
+``taskiq fanin ...`` runs the same commands.
 """
 
 import argparse
@@ -83,7 +84,7 @@ def _failed(exc: Exception, prog: str) -> ExitCode:
 class FanInCMD(TaskiqCMD):
     """``taskiq fanin ...``: taskiq's CLI finds it in the ``taskiq_cli`` group."""
 
-    short_help = "Status of taskiq-fanin groups and chains, listing and sweep"
+    short_help = "Status, watch, listing and sweep of taskiq-fanin groups and chains"
 
     def exec(self, args: Sequence[str]) -> int:
         """Run the command line that follows ``taskiq fanin``."""

@@ -7,8 +7,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from rich.console import Group, RenderableType
+from rich.text import Text
 from taskiq import AsyncBroker
 
 from taskiq_fanin.api.broker import find_fanin
@@ -27,7 +29,14 @@ from taskiq_fanin.cli.output import (
     sweep_table,
     versions_table,
 )
-from taskiq_fanin.cli.parser import ExitCode, NotFoundError, UsageError
+from taskiq_fanin.cli.parser import (
+    PREFIX_VARIABLES,
+    URL_VARIABLES,
+    ExitCode,
+    NotFoundError,
+    UsageError,
+)
+from taskiq_fanin.cli.watch_loops import watch, watch_list
 from taskiq_fanin.domain.config import DEFAULT_PREFIX
 from taskiq_fanin.domain.results import GroupState, GroupStatus, SweepPolicy
 from taskiq_fanin.worker.middleware import FanInMiddleware
@@ -68,13 +77,19 @@ def open_target(args: argparse.Namespace) -> tuple[FanInMiddleware, Startable]:
     if args.command == "sweep" and args.mode != "dry_run":
         flag = "--" + args.mode.replace("_", "-")
         raise UsageError(f"sweep {flag} kicks tasks: it needs --broker MODULE:VARIABLE")
-    url = args.redis_url or os.environ.get("REDIS_URL")
+    url = args.redis_url or _from_env(URL_VARIABLES)
     if not url:
-        raise UsageError("no Redis: pass --redis-url or set REDIS_URL")
-    fanin = FanInMiddleware(
-        url, cluster=args.cluster, prefix=args.prefix or DEFAULT_PREFIX
-    )
+        raise UsageError(
+            f"no Redis: pass --redis-url or set {' or '.join(URL_VARIABLES)}"
+        )
+    prefix = args.prefix or _from_env(PREFIX_VARIABLES) or DEFAULT_PREFIX
+    fanin = FanInMiddleware(url, cluster=args.cluster, prefix=prefix)
     return fanin, fanin
+
+
+def _from_env(names: tuple[str, ...]) -> str | None:
+    """The first of these environment variables that is set and not empty."""
+    return next((os.environ[n] for n in names if os.environ.get(n)), None)
 
 
 async def _redis_now(fanin: FanInMiddleware) -> datetime:
@@ -105,29 +120,47 @@ async def _status(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
 
 
 async def _list(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
+    async def read() -> tuple[Any, RenderableType]:
+        return await _listing(fanin, args)
+
+    if args.watch:
+        return await watch_list(read, interval=args.interval, as_json=args.json)
+    document, drawn = await read()
+    if args.json:
+        print_json(document)
+    else:
+        print_table(drawn)
+    return ExitCode.OK
+
+
+async def _listing(
+    fanin: FanInMiddleware, args: argparse.Namespace
+) -> tuple[Any, RenderableType]:
+    """One read of the list: its JSON document, and its tables (or a line)."""
     now = await _redis_now(fanin)
     options = {"stuck": args.stuck, "limit": args.limit, "now": now}
     groups = [] if args.chains else await list_groups(fanin, **options)
     chains = await list_chains(fanin, **options)
     which, prefix = ("stuck" if args.stuck else "open"), fanin.config.prefix
     kinds = "chains" if args.chains else "groups or chains"
-    if args.json:
-        documents = [status_doc(status, now) for status in groups]
-        print_json(documents + [chain_doc(status, now) for status in chains])
-    elif not groups and not chains:
-        print(f"No {which} {kinds} under {prefix!r}.")
-    else:
-        tables: list[RenderableType] = []
-        if groups:
-            title = f"{which.capitalize()} groups under {prefix!r}"
-            tables.append(list_table(groups, now, title))
-        if chains:
-            title = f"{which.capitalize()} chains under {prefix!r}"
-            tables.append(chain_list_table(chains, now, title))
-        if chains and args.chains:
-            tables.append(versions_table(chains, "By version"))
-        print_table(Group(*tables))
-    return ExitCode.OK
+    documents = [status_doc(status, now) for status in groups]
+    documents += [chain_doc(status, now) for status in chains]
+    if not groups and not chains:
+        return documents, Text(f"No {which} {kinds} under {prefix!r}.")
+    tables: list[RenderableType] = []
+    if groups:
+        title = f"{which.capitalize()} groups under {prefix!r}"
+        tables.append(list_table(groups, now, title))
+    if chains:
+        title = f"{which.capitalize()} chains under {prefix!r}"
+        tables.append(chain_list_table(chains, now, title))
+    if chains and args.chains:
+        tables.append(versions_table(chains, "By version"))
+    return documents, Group(*tables)
+
+
+async def _watch(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
+    return await watch(fanin, args.id, interval=args.interval, as_json=args.json)
 
 
 async def _sweep(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
@@ -145,4 +178,9 @@ async def _sweep(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
     return ExitCode.STUCK if args.fail_on_stuck and report.stuck else ExitCode.OK
 
 
-COMMANDS: dict[str, Command] = {"status": _status, "list": _list, "sweep": _sweep}
+COMMANDS: dict[str, Command] = {
+    "status": _status,
+    "list": _list,
+    "watch": _watch,
+    "sweep": _sweep,
+}

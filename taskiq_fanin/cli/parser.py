@@ -24,13 +24,22 @@ class ExitCode(enum.IntEnum):
 #: What each exit code means, for ``--help`` (every code has a line).
 EXIT_MEANINGS = {
     ExitCode.OK: "done",
-    ExitCode.NOT_FOUND: "status: no group or chain has that id under the prefix",
+    ExitCode.NOT_FOUND: "status, watch: no group or chain has that id under the prefix",
     ExitCode.USAGE: "usage error: options or arguments that cannot run as given",
     ExitCode.STUCK: "sweep --fail-on-stuck: stuck groups or chains were found",
     ExitCode.UNREACHABLE: "Redis (or the broker) could not be reached, "
     "or replied with an error",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
+
+#: Seconds between two reads of ``watch`` and ``list --watch``, and the bounds.
+DEFAULT_INTERVAL = 0.5
+MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
+
+#: Where the Redis URL and the prefix come from without --redis-url and
+#: --prefix: the first of these set (and not empty). A flag wins over them.
+URL_VARIABLES = ("TASKIQ_FANIN_REDIS_URL", "REDIS_URL")
+PREFIX_VARIABLES = ("TASKIQ_FANIN_PREFIX",)
 
 #: The options every command takes, before or after the command's name.
 GLOBAL_OPTIONS = "--redis-url, --cluster, --prefix, --broker and --json"
@@ -39,7 +48,8 @@ EPILOG = f"""\
 {GLOBAL_OPTIONS} go before or after the command:
 `{{prog}} --redis-url URL list` and `{{prog}} list --redis-url URL` are the same.
 Without --broker, the commands read Redis through a FanInMiddleware of their
-own (--redis-url, default $REDIS_URL; --prefix, default "{DEFAULT_PREFIX}"); with
+own (--redis-url, else $TASKIQ_FANIN_REDIS_URL, else $REDIS_URL; --prefix, else
+$TASKIQ_FANIN_PREFIX, else "{DEFAULT_PREFIX}": set them once, a flag wins); with
 --cluster, the URL is any one node of a Redis Cluster; a primary behind
 Sentinel is redis+sentinel://host[:port][,host[:port]...]/<master name>[/<db>]. A sweep
 that acts (--redrive, --give-up, --apply) kicks tasks, so it needs your broker
@@ -48,6 +58,8 @@ instead: --broker module.path:variable, as for `taskiq worker`.
 status ID shows the group with that id, else the chain. When there is neither,
 it says so in one line on stderr and exits {ExitCode.NOT_FOUND:d}; with --json it also
 prints null, so that stdout is one JSON document whenever Redis answered.
+watch ID follows it live and ends by itself when it has ended, with the exit
+code of status; with --json, one JSON object a line, each time it changed.
 
 exit codes:
 """ + "\n".join(f"  {code:>3d}  {meaning}" for code, meaning in EXIT_MEANINGS.items())
@@ -75,6 +87,28 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _interval(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds from {MIN_INTERVAL} to {MAX_INTERVAL}"
+        )
+    return seconds
+
+
+def _add_interval(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--interval",
+        type=_interval,
+        default=DEFAULT_INTERVAL,
+        metavar="SECONDS",
+        help=f"seconds between reads (default: {DEFAULT_INTERVAL})",
+    )
+
+
 def _add_global_options(parser: argparse.ArgumentParser, *, after: bool) -> None:
     """The options every command takes, on the main parser or on a command's.
 
@@ -89,7 +123,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, after: bool) -> None
     parser.add_argument(
         "--redis-url",
         default=default(None),
-        help="Redis of the groups and chains (default: $REDIS_URL); "
+        help="Redis of the groups and chains (default: $TASKIQ_FANIN_REDIS_URL, "
+        "else $REDIS_URL); "
         "redis+sentinel://... for a primary behind Sentinel",
     )
     parser.add_argument(
@@ -101,7 +136,7 @@ def _add_global_options(parser: argparse.ArgumentParser, *, after: bool) -> None
     parser.add_argument(
         "--prefix",
         default=default(None),
-        help=f'key prefix (default: "{DEFAULT_PREFIX}")',
+        help=f'key prefix (default: $TASKIQ_FANIN_PREFIX, else "{DEFAULT_PREFIX}")',
     )
     parser.add_argument(
         "--broker",
@@ -122,7 +157,7 @@ def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
     """The parser of every command; the global options go before or after it."""
     parser = _Parser(
         prog=prog,
-        description="Status, listing and sweep of groups and chains.",
+        description="Status, live watch, listing and sweep of groups and chains.",
         epilog=EPILOG.format(prog=prog),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -163,6 +198,19 @@ def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
         action="store_true",
         help="only chains, with how many run each version (may an old handler go?)",
     )
+    listing.add_argument(
+        "--watch",
+        action="store_true",
+        help="read and show the list again and again, until Ctrl-C "
+        "(with --json: one JSON document a line, each time it changed)",
+    )
+    _add_interval(listing)
+    watching = command(
+        "watch",
+        "a group's bar, or a chain's steps, live until it ends",
+    )
+    watching.add_argument("id", metavar="ID", help="a group id or a chain id")
+    _add_interval(watching)
     sweeping = command("sweep", "find the groups and chains that stopped moving")
     modes = sweeping.add_mutually_exclusive_group()
     for flag, text in (
