@@ -98,6 +98,7 @@ def status_from_record(
         on_error_state=on_error_state(found),
         due=due,
         version=found.version or None,
+        name=found.workflow or None,
         step_group_id=_step_group_id(chain_id, found),
         read_at=read_at,
     )

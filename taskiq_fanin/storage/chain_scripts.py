@@ -55,13 +55,15 @@ class ChainScripts:
         deadline_ms: int,
         member: str = "",
         version: str = "",
+        workflow: str = "",
     ) -> Started:
         """Create the record, unless the chain exists or a group holds the id.
 
         ``ID_IN_USE``: a group holds it, nothing was written.
         ``deadline_ms``: how long a step may take (kept as ``ChainRecord.deadline_ms``);
         ``member``: the label of the group member the chain is, if it is one;
-        ``version``: the one it was started with, if any.
+        ``version``: the one it was started with, if any; ``workflow``: its
+        name (``chain(..., name=...)``, resolved).
         """
         args: Args = [
             token,
@@ -72,6 +74,7 @@ class ChainScripts:
             deadline_ms,
             member,
             version,
+            workflow,
         ]
         group_meta = GroupKeys(keys.prefix, keys.chain_id).meta
         reply = await self._scripts["startChain"](
