@@ -11,18 +11,18 @@ from taskiq_fanin.api.chains import Chain
 from taskiq_fanin.api.groups import Group
 from taskiq_fanin.domain.config import Durability, FanInConfig, WaitingGuard
 from taskiq_fanin.domain.options import GroupOptions
-from taskiq_fanin.domain.progress import (
-    ChainProgress,
-    GroupProgress,
-    MemberOutcome,
-    StepOutcome,
-)
 from taskiq_fanin.domain.results import (
     ChainState,
     FailurePolicy,
     GroupState,
     OnErrorState,
     SweepPolicy,
+)
+from taskiq_fanin.domain.watching import (
+    ChainProgress,
+    GroupProgress,
+    MemberOutcome,
+    StepOutcome,
 )
 from taskiq_fanin.transport.outcome_batching import OutcomeBatching
 

@@ -330,10 +330,10 @@ async def test_missing_ids_and_bad_cursors_are_refused(
             await _read_all(group_handle(broker, "nothing").outcomes())
         with pytest.raises(ChainNotFoundError):
             await _read_all(chain_handle(broker, "nothing").outcomes())
+        with pytest.raises(InvalidOptionError):  # at the call, before any read
+            group_handle(broker, "nothing").outcomes(after="x")
         with pytest.raises(InvalidOptionError):
-            await _read_all(group_handle(broker, "nothing").outcomes(after="x"))
-        with pytest.raises(InvalidOptionError):
-            await _read_all(chain_handle(broker, "nothing").outcomes(after="1-0"))
+            chain_handle(broker, "nothing").outcomes(after="1-0")
         missing = await progress(broker, "nothing")
         assert missing.state is GroupState.MISSING
         assert not missing.percent

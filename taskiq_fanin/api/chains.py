@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from taskiq_fanin.api.broker import Target, context_of
 from taskiq_fanin.api.checks import wrong_kind
 from taskiq_fanin.api.retries import cancel_chain_riding, riding
-from taskiq_fanin.chains import following, launch, record
+from taskiq_fanin.chains import chain_watch, launch, record
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.domain.exceptions import InvalidChainError, InvalidOptionError, shown
 from taskiq_fanin.domain.options import MAX_NAME, MAX_VERSION
-from taskiq_fanin.domain.progress import ChainProgress, StepOutcome
 from taskiq_fanin.domain.results import ChainStatus
 from taskiq_fanin.domain.signature import Signature, TaskRef, as_signature
 from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
+from taskiq_fanin.domain.watching import ChainProgress, StepOutcome
 from taskiq_fanin.storage.keys import validate_chain_id
 
 
@@ -32,7 +32,7 @@ class ChainHandle:
 
     async def progress(self) -> ChainProgress:
         """The step it is at (from 1), and a group step's progress."""
-        return await following.chain_progress(self._ctx, self.chain_id)
+        return await chain_watch.chain_progress(self._ctx, self.chain_id)
 
     def outcomes(self, *, after: str | None = None) -> AsyncIterator[StepOutcome]:
         """Each step's end as it comes, until the chain ends.
@@ -40,7 +40,7 @@ class ChainHandle:
         From the first step, or after a step outcome's ``cursor``. Raises
         ``ChainNotFoundError`` when Redis holds no such chain.
         """
-        return following.follow(self._ctx, self.chain_id, after=after)
+        return chain_watch.follow(self._ctx, self.chain_id, after=after)
 
     async def cancel(self) -> bool:
         """Cancel this chain (as ``cancel(broker, id)``); False if it is not running.

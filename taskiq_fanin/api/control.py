@@ -15,10 +15,10 @@ from taskiq_fanin.api.retries import (
     deadline,
     riding,
 )
-from taskiq_fanin.chains import following, record
+from taskiq_fanin.chains import chain_watch, record
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.domain.progress import ChainProgress, GroupProgress
 from taskiq_fanin.domain.results import ChainStatus, GroupStatus
+from taskiq_fanin.domain.watching import ChainProgress, GroupProgress
 from taskiq_fanin.groups import pace, reading
 from taskiq_fanin.groups.reading import DEFAULT_LIST_LIMIT
 from taskiq_fanin.storage.keys import ChainKeys, GroupKeys, validate_lookup_id
@@ -73,7 +73,7 @@ async def progress(target: Target, workflow_id: str) -> GroupProgress | ChainPro
     """
     ctx = context_of(target)
     if await resolve(ctx, workflow_id) is Kind.CHAIN:
-        return await following.chain_progress(ctx, workflow_id)
+        return await chain_watch.chain_progress(ctx, workflow_id)
     return await pace.group_progress(ctx, workflow_id)
 
 

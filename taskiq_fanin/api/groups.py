@@ -16,11 +16,11 @@ from taskiq_fanin.api.retries import cancel_group_riding, riding
 from taskiq_fanin.context import FanInContext, current_run, run_additions
 from taskiq_fanin.domain.exceptions import InvalidGroupError
 from taskiq_fanin.domain.options import GroupOptions
-from taskiq_fanin.domain.progress import GroupProgress, MemberOutcome
 from taskiq_fanin.domain.results import GroupStatus
 from taskiq_fanin.domain.signature import Signature
 from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
-from taskiq_fanin.groups import following, growing, ledger, pace, reading
+from taskiq_fanin.domain.watching import GroupProgress, MemberOutcome
+from taskiq_fanin.groups import growing, ledger, outcome_follower, pace, reading
 from taskiq_fanin.groups.group_validation import GroupPlan, validate_group
 from taskiq_fanin.groups.planning import Planned, plan_group
 from taskiq_fanin.storage.keys import validate_group_id
@@ -63,7 +63,7 @@ class GroupHandle:
         ``outcome_stream_max`` outcomes. Raises ``GroupNotFoundError`` when
         Redis holds no such group.
         """
-        return following.follow(self._ctx, self.group_id, after=after)
+        return outcome_follower.follow(self._ctx, self.group_id, after=after)
 
     async def cancel(self) -> bool:
         """Cancel this group (as ``cancel(broker, id)``); False if it is not open.

@@ -11,8 +11,8 @@ from taskiq_fanin.chains import (
     saga,
     tasks,
 )
+from taskiq_fanin.chains.chain_durations import chain_ended
 from taskiq_fanin.chains.cursor import ChainCursor
-from taskiq_fanin.chains.durations import chain_ended
 from taskiq_fanin.chains.membership import end_member, member_end
 from taskiq_fanin.chains.record import keys_of
 from taskiq_fanin.context import FanInContext

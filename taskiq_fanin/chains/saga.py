@@ -20,8 +20,8 @@ from taskiq_fanin.chains import (
     record,
     tasks,
 )
+from taskiq_fanin.chains.chain_durations import chain_ended
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
-from taskiq_fanin.chains.durations import chain_ended
 from taskiq_fanin.chains.membership import (
     cancelled_result,
     end_member,

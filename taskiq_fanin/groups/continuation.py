@@ -13,7 +13,7 @@ from taskiq_fanin.domain.labels import ContinuationRef, MemberRef
 from taskiq_fanin.domain.results import GroupState
 from taskiq_fanin.domain.spec import ChainSpec
 from taskiq_fanin.groups import group_index, ledger
-from taskiq_fanin.groups.durations import group_ended
+from taskiq_fanin.groups.group_durations import group_ended
 from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.storage.records import GroupMeta, read_fields
 from taskiq_fanin.storage.replies import Begin

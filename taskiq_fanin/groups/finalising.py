@@ -18,7 +18,7 @@ from taskiq_fanin.domain.labels import ContinuationRef, retry_labels
 from taskiq_fanin.domain.results import FailurePolicy, MemberError
 from taskiq_fanin.domain.signature import Signature
 from taskiq_fanin.groups import group_index
-from taskiq_fanin.groups.durations import group_ended
+from taskiq_fanin.groups.group_durations import group_ended
 from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.storage.replies import CollectedOutcomes
 

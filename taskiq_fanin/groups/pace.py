@@ -8,8 +8,8 @@ the average since the group was planned.
 """
 
 from taskiq_fanin.context import FanInContext
-from taskiq_fanin.domain.progress import GroupProgress
 from taskiq_fanin.domain.results import GroupState, GroupStatus
+from taskiq_fanin.domain.watching import GroupProgress
 from taskiq_fanin.groups import reading
 from taskiq_fanin.storage import outcome_stream
 from taskiq_fanin.storage.keys import group_keys

@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.domain.exceptions import GroupNotFoundError
-from taskiq_fanin.domain.progress import MemberOutcome
 from taskiq_fanin.domain.results import GroupState, MemberError
+from taskiq_fanin.domain.watching import MemberOutcome
 from taskiq_fanin.storage import outcome_stream
 from taskiq_fanin.storage.keys import group_keys, validate_group_id
 from taskiq_fanin.storage.outcome_stream import StreamEntry
@@ -28,15 +28,21 @@ PAGE = 256
 WAIT_SECONDS = 1.0
 
 
-async def follow(
+def follow(
     ctx: FanInContext, group_id: str, *, after: str | None = None
 ) -> AsyncIterator[MemberOutcome]:
     """Each outcome after ``after`` (from the start: ``None``), until the group ends.
 
-    Raises ``GroupNotFoundError`` when Redis holds no such group.
+    A bad id or cursor raises here; the iteration raises ``GroupNotFoundError``
+    when Redis holds no such group.
     """
     validate_group_id(group_id, derived=True)
-    cursor = outcome_stream.checked_cursor(after)
+    return _follow(ctx, group_id, outcome_stream.checked_cursor(after))
+
+
+async def _follow(
+    ctx: FanInContext, group_id: str, cursor: str
+) -> AsyncIterator[MemberOutcome]:
     key = group_keys(ctx.config.prefix, group_id).outcomes
     redis = ctx.redis
     # Below the socket timeout: a wait must not look like Redis being away.

@@ -16,15 +16,16 @@ from taskiq_fanin.domain.exceptions import (
     InvalidOptionError,
     shown,
 )
-from taskiq_fanin.domain.progress import (
+from taskiq_fanin.domain.results import ChainState, ChainStatus
+from taskiq_fanin.domain.spec import GROUP_STEP_NAME
+from taskiq_fanin.domain.watching import (
     ENDED_CHAIN_STATES,
     ChainProgress,
     OutcomeState,
     StepOutcome,
 )
-from taskiq_fanin.domain.results import ChainState, ChainStatus
-from taskiq_fanin.domain.spec import GROUP_STEP_NAME
 from taskiq_fanin.groups.pace import group_progress
+from taskiq_fanin.storage.keys import validate_chain_id
 
 #: How often a reader looks at the chain's record again (seconds).
 POLL_SECONDS = 0.25
@@ -93,11 +94,21 @@ def checked_step_cursor(after: str | None) -> int:
     return int(after)
 
 
-async def follow(
+def follow(
     ctx: FanInContext, chain_id: str, *, after: str | None = None
 ) -> AsyncIterator[StepOutcome]:
-    """Each step's end after ``after``, until the chain ends (or is missing)."""
-    seen = checked_step_cursor(after)
+    """Each step's end after ``after``, until the chain ends.
+
+    A bad id or cursor raises here; the iteration raises
+    ``ChainNotFoundError`` when Redis holds no such chain.
+    """
+    validate_chain_id(chain_id, derived=True)
+    return _follow(ctx, chain_id, checked_step_cursor(after))
+
+
+async def _follow(
+    ctx: FanInContext, chain_id: str, seen: int
+) -> AsyncIterator[StepOutcome]:
     known = False
     while True:
         status = await record.status(ctx, chain_id)
