@@ -4,9 +4,9 @@ A chain's end is applied once by the script that makes it (``finishChain``
 told ``DONE``, ``endFailingChain`` applied, ``cancelChain`` cancelling it now):
 that caller reads the record's own times (Redis's clock) and observes the
 duration from the chain's start, labelled by its workflow name and end state.
-A step's wait is what ``beginStep`` says when the first copy of a step begins
-(``ChainScripts.begin_step_waited``; ``record.begin_step`` observes it): from the previous step's end (or the
-chain's start) to now, on Redis's clock.
+A step's queue wait is what ``beginStep`` tells the first copy of a step to
+begin (``ChainScripts.begin_step_waited``): from the previous step's end (or
+the chain's start) to now, on Redis's clock; ``record.begin_step`` observes it.
 """
 
 import logging
