@@ -69,6 +69,10 @@ def seconds_between(found: GroupStatus | ChainStatus) -> float:
     return (found.finished - start).total_seconds()
 
 
+def names_of(*found: GroupStatus | ChainStatus) -> list[str | None]:
+    return [each.name for each in found]
+
+
 async def test_each_workflow_is_observed_once_under_duplicate_delivery(
     redis_url: str, key_prefix: str
 ) -> None:
@@ -100,6 +104,10 @@ async def test_each_workflow_is_observed_once_under_duplicate_delivery(
     async def store(result: GroupResult) -> int:
         return result.done_count
 
+    @broker.task(task_name=f"{key_prefix}:boom")
+    async def boom() -> None:
+        raise ValueError("boom")
+
     async with worker(broker, max_async_tasks=4) as receiver:
         members = [Signature.of(photo, i) for i in range(5)]
         await group(members, then=collect, name=album, group_id="album").kiq(broker)
@@ -110,27 +118,31 @@ async def test_each_workflow_is_observed_once_under_duplicate_delivery(
             Signature.of(store),
         )
         await chain(*steps, name=pipeline, chain_id="imp").kiq(broker)
+        await chain(
+            Signature.of(boom), Signature.of(fetch).immutable(), chain_id="bad"
+        ).kiq(broker)
 
         async def all_ended() -> bool:
-            found = [await status(broker, i) for i in ("album", "plain", "imp")]
-            return all(
-                s.state in (GroupState.COMPLETED, ChainState.DONE) for s in found
-            )
+            ids = ("album", "plain", "imp", "bad")
+            found = [await status(broker, i) for i in ids]
+            over = (GroupState.COMPLETED, ChainState.DONE, ChainState.FAILED)
+            return all(s.state in over for s in found)
 
-        await eventually(all_ended, what="both groups and the chain to end")
+        await eventually(all_ended, what="the groups and the chains to end")
         await drained(broker, receiver)
         late = [
             m
             for m in sent.sent
-            if m.task_name.split(":")[-1] in ("collect", "fetch", "store")
+            if m.task_name.split(":")[-1] in ("collect", "fetch", "store", "boom")
         ]
-        assert len(late) == 3
+        assert len(late) == 4  # the failed chain's second step never went
         for message in late:
             await sent.resend(message)
         await drained(broker, receiver)
         album_status = await status(broker, "album")
         plain_status = await status(broker, "plain")
         chain_status = await status(broker, "imp")
+        failed_status = await status(broker, "bad")
         step_status = await status(broker, "imp~1")
 
     assert {m.task_id for m in duplicating.duplicated} == {
@@ -140,23 +152,21 @@ async def test_each_workflow_is_observed_once_under_duplicate_delivery(
     }
     assert len(collected) == 1
     # One observation per workflow, with the record's own duration.
-    assert isinstance(album_status, GroupStatus)
-    assert album_status.name == album
-    assert isinstance(chain_status, ChainStatus)
-    assert chain_status.name == pipeline
-    assert isinstance(plain_status, GroupStatus)
-    assert plain_status.name == photo_task
+    assert names_of(album_status, chain_status, plain_status, step_status) == [
+        album,
+        pipeline,
+        photo_task,
+        pipeline,  # the chain's group step: a group of the chain's name
+    ]
     for kind, name, found, state in (
         ("group", album, album_status, "completed"),
         ("group", photo_task, plain_status, "completed"),
         ("chain", pipeline, chain_status, "done"),
+        ("chain", f"{key_prefix}:boom", failed_status, "failed"),
     ):
         count, total = ended(kind, name, state)
         assert count == 1, (kind, name)
         assert total == pytest.approx(seconds_between(found), abs=0.0015)
-    # The chain's group step is a group of the chain's name.
-    assert isinstance(step_status, GroupStatus)
-    assert step_status.name == pipeline
     assert ended("group", pipeline, "completed")[0] == 1
     assert ended("group", album, "cancelled") == (None, None)
     # Each task step's wait once (fetch and store; a group step has no body),
