@@ -37,6 +37,7 @@ EVERY_OPTION: dict[str, tuple[Any, Check]] = {
     "max_in_flight": (1, lambda meta, _: meta["max_in_flight"] == "1"),
     "open": (True, lambda meta, _: meta["open"] == "1" and meta["sealed"] == "0"),
     "version": ("2026.12", lambda meta, _: meta["version"] == "2026.12"),
+    "name": ("nightly", lambda meta, _: meta["workflow"] == "nightly"),
 }
 #: The values a ``@group_task`` body overrides its decorator's with.
 OVERRIDES: dict[str, tuple[Any, Check]] = {

@@ -11,7 +11,7 @@ from taskiq_fanin.api.retries import cancel_chain_riding, riding
 from taskiq_fanin.chains import chain_watch, launch, record
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.domain.exceptions import InvalidChainError, InvalidOptionError, shown
-from taskiq_fanin.domain.options import MAX_VERSION
+from taskiq_fanin.domain.options import MAX_NAME, MAX_VERSION
 from taskiq_fanin.domain.results import ChainStatus
 from taskiq_fanin.domain.signature import Signature, TaskRef, as_signature
 from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
@@ -93,6 +93,7 @@ def chain(
     on_error: TaskRef | Signature | None = None,
     chain_id: str | None = None,
     version: str | None = None,
+    name: str | None = None,
 ) -> Chain:
     """Describe a chain; nothing is written until it is kicked on a broker.
 
@@ -104,6 +105,9 @@ def chain(
     ``ChainFailure`` and the compensations of the completed steps
     (``Signature.with_compensation``) run in reverse order. ``version``: which
     version of the code started it, kept on its record and shown by its status.
+    ``name``: what kind of workflow it is (default: its first step's task name),
+    kept on its record, shown by its status and the ``workflow`` label of its
+    metrics: a few per application, never an id.
     """
     for index, step in enumerate(steps):
         if not isinstance(step, Signature | GroupSpec):
@@ -118,17 +122,24 @@ def chain(
                 reason=f"step {index + 1} is a group of members from an iterator: "
                 "a chain keeps its steps' members in its plan, give it a list"
             )
-    if version is not None and not (
-        isinstance(version, str) and 1 <= len(version) <= MAX_VERSION
-    ):
-        raise InvalidOptionError(
-            name="version",
-            value=shown(version),
-            reason=f"a string of 1 to {MAX_VERSION} characters",
-        )
+    _check_text("version", version, MAX_VERSION)
+    _check_text("name", name, MAX_NAME)
     return Chain.model_construct(
         steps=steps,
         on_error=as_signature(on_error) if on_error is not None else None,
         chain_id=chain_id,
         version=version,
+        name=name,
     )
+
+
+def _check_text(option: str, value: object, longest: int) -> None:
+    """A chain's ``version`` or ``name``: None, or a string of 1 to ``longest``."""
+    if value is not None and not (
+        isinstance(value, str) and 1 <= len(value) <= longest
+    ):
+        raise InvalidOptionError(
+            name=option,
+            value=shown(value),
+            reason=f"a string of 1 to {longest} characters",
+        )

@@ -37,3 +37,8 @@ async def remove(ctx: FanInContext, chain_id: str) -> None:
 async def due(ctx: FanInContext, batch: int) -> tuple[int, list[str]]:
     """Redis's now (epoch ms), and up to ``batch`` chain ids whose time has come."""
     return await ctx.scripts.due(chain_index_key(ctx.config.prefix), batch=batch)
+
+
+async def size(ctx: FanInContext) -> int:
+    """How many chains the index holds (``ZCARD``: O(1)), stale entries and all."""
+    return int(await ctx.redis.zcard(chain_index_key(ctx.config.prefix)))

@@ -23,7 +23,7 @@ from taskiq_fanin.domain.exceptions import IdInUseError, shown
 from taskiq_fanin.domain.labels import MemberRef, retry_labels
 from taskiq_fanin.domain.results import ChainState
 from taskiq_fanin.domain.signature import Signature
-from taskiq_fanin.domain.spec import ChainSpec, GroupSpec, step_name
+from taskiq_fanin.domain.spec import ChainSpec, GroupSpec, named_steps, step_name
 from taskiq_fanin.groups import workers_seen
 from taskiq_fanin.groups.group_validation import GroupPlan, validate_group
 from taskiq_fanin.groups.planning import plan_group
@@ -55,6 +55,7 @@ async def start(
     A group of the same id refuses it (``IdInUseError``): nothing is left of it.
     """
     validate_chain(ctx, spec, depth=depth, checked=checked)
+    spec = named_steps(spec)  # its group steps are named after it
     first = spec.steps[0]
     cursor = ChainCursor(
         id=chain_id,
@@ -80,6 +81,7 @@ async def start(
         deadline_ms=ms(ctx.config.deadline),
         member=cursor.member or "",
         version=spec.version or "",
+        workflow=spec.name or "",
     )
     if started is Started.ID_IN_USE:
         if indexed:

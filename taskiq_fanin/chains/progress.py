@@ -11,6 +11,7 @@ from taskiq_fanin.chains import (
     saga,
     tasks,
 )
+from taskiq_fanin.chains.chain_durations import chain_ended
 from taskiq_fanin.chains.cursor import ChainCursor
 from taskiq_fanin.chains.membership import end_member, member_end
 from taskiq_fanin.chains.record import keys_of
@@ -168,3 +169,10 @@ async def _finished(
         await saga.undo_cancelled_step(ctx, cursor, undo=bool(undo), delivery=delivery)
     elif finished in (Finished.DONE, Finished.MISSING):
         await end_member(ctx, end, delivery=delivery)
+    if finished is Finished.DONE:
+        await chain_ended(ctx, cursor.id)
+        if end is None:
+            # Over, and no group's member: the sweep would only prune its
+            # entry, so it leaves the index now (a member's chain stays, for
+            # the sweep to record the member should this worker die first).
+            await chain_index.remove(ctx, cursor.id)

@@ -6,6 +6,7 @@ a failed step. Its transitions are scripts (``ChainScripts``).
 
 from datetime import datetime, timezone
 
+from taskiq_fanin import metrics
 from taskiq_fanin.chains import due
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.context import FanInContext
@@ -18,7 +19,7 @@ from taskiq_fanin.domain.results import (
     OnErrorState,
     from_millis,
 )
-from taskiq_fanin.domain.spec import GROUP_STEP_NAME
+from taskiq_fanin.domain.spec import GROUP_STEP_NAME, UNNAMED
 from taskiq_fanin.groups.reading import DEFAULT_LIST_LIMIT
 from taskiq_fanin.storage.keys import ChainKeys, chain_index_key, validate_chain_id
 from taskiq_fanin.storage.records import ChainRecord, read_indexed
@@ -98,6 +99,7 @@ def status_from_record(
         on_error_state=on_error_state(found),
         due=due,
         version=found.version or None,
+        name=found.workflow or None,
         step_group_id=_step_group_id(chain_id, found),
         read_at=read_at,
     )
@@ -181,12 +183,16 @@ async def begin_step(
     attempt: int,
     delivery: str,
     takes_over: bool = True,
+    observe_wait: bool = True,
 ) -> Begin:
     """May this delivery of the cursor's step run (at that step, one copy)?
 
     ``takes_over``: false for the sweep's copy (it takes no held lease over).
+    The first copy of the step to begin observes its queue wait (once per step:
+    ``beginStep`` says so to that copy alone), unless ``observe_wait`` is false
+    (a group step's continuation: the wait was the group's run).
     """
-    return await ctx.chain_scripts.begin_step(
+    begun, wait = await ctx.chain_scripts.begin_step_waited(
         keys_of(ctx, cursor.id),
         token=cursor.token,
         step=cursor.index,
@@ -195,6 +201,9 @@ async def begin_step(
         lease_ms=ms(ctx.config.finaliser_lease),
         takes_over=takes_over,
     )
+    if wait is not None and observe_wait:
+        metrics.step_waited(wait.workflow or UNNAMED, wait.waited_ms / 1000)
+    return begun
 
 
 async def release_step(

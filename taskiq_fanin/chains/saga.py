@@ -20,6 +20,7 @@ from taskiq_fanin.chains import (
     record,
     tasks,
 )
+from taskiq_fanin.chains.chain_durations import chain_ended
 from taskiq_fanin.chains.cursor import ChainCursor, PendingStep
 from taskiq_fanin.chains.membership import (
     cancelled_result,
@@ -54,9 +55,10 @@ async def after_failure(
             ctx, cursor, error_continuation.failure_of(cursor, names, summary)
         )
     await compensate(ctx, undo_chain_id(cursor.id), compensations)
-    await ctx.chain_scripts.end_failing(
+    if await ctx.chain_scripts.end_failing(
         record.keys_of(ctx, cursor.id), token=cursor.token
-    )
+    ):
+        await chain_ended(ctx, cursor.id)
 
 
 async def finish_failing(ctx: FanInContext, chain_id: str, pending: str) -> None:
@@ -181,6 +183,8 @@ async def _carry_out(ctx: FanInContext, chain_id: str, cancelled: Cancelled) -> 
         await compensate(ctx, undo_id, [cancelled.step_undo])
     over = ChainRecord(state=ChainState.CANCELLED, member=cancelled.member)
     await settle_member(ctx, over, delivery=new_delivery())
+    if cancelled.now:
+        await chain_ended(ctx, chain_id)
 
 
 async def skipped(

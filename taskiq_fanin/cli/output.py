@@ -101,6 +101,7 @@ def status_table(status: GroupStatus, now: datetime) -> Table:
     policies = [p.value for p in (status.failure_policy, status.sweep_policy) if p]
     for name, value in (
         ("state", status.state.value + (f" (overdue {overdue})" if overdue else "")),
+        ("name", status.name or "-"),
         ("total", status.total),
         ("done", status.done),
         ("failed", status.failed),
@@ -176,6 +177,8 @@ def chain_table(status: ChainStatus, now: datetime) -> RenderableType:
         rows.append(("on error", status.on_error_state.value))
     if status.version is not None:
         rows.append(("version", status.version))
+    if status.name is not None:
+        rows.append(("name", status.name))
     for name, value in rows:
         fields.add_row(name, value)
     steps = Table(box=box.SIMPLE_HEAD)

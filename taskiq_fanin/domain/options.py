@@ -34,6 +34,9 @@ Seconds = Annotated[float, BeforeValidator(_in_seconds), Field(gt=0)]
 
 #: The longest ``version`` a group or a chain may carry.
 MAX_VERSION = 64
+#: The longest ``name`` a group or a chain may carry: a metrics label, so a
+#: few distinct names per application, never an id.
+MAX_NAME = 64
 
 
 class GroupOptions(BaseModel):
@@ -69,6 +72,12 @@ class GroupOptions(BaseModel):
     #: Which version of the code planned it, kept on its record and shown by
     #: its status (an operator sees when an old handler may be removed).
     version: str | None = Field(default=None, min_length=1, max_length=MAX_VERSION)
+    #: What kind of workflow it is, kept on its record, shown by its status and
+    #: the ``workflow`` label of its metrics (``None``: the continuation's task
+    #: name, else the first member's). A label: a few per application, no ids.
+    name: str | None = Field(
+        default=None, min_length=1, max_length=MAX_NAME, strict=True
+    )
 
     @field_validator("then", "on_error", mode="before")
     @classmethod
@@ -139,3 +148,4 @@ class GroupOptionsArgs(TypedDict, total=False):
     max_in_flight: int | None
     open: bool
     version: str | None
+    name: str | None

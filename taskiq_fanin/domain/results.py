@@ -109,6 +109,9 @@ class GroupStatus(BaseModel):
     waiting: int = 0
     #: The version it was planned with (``group(..., version=...)``).
     version: str | None = None
+    #: Its workflow name (``group(..., name=...)``, else its continuation's or
+    #: first member's task name): the ``workflow`` label of its metrics.
+    name: str | None = None
     #: Planned with ``open=True``: members may be added until it is sealed.
     planned_open: bool = False
     #: Its total is fixed: no member may be added (a group planned without
@@ -225,6 +228,9 @@ class ChainStatus(BaseModel):
     due: datetime | None = None
     #: The version it was started with (``chain(..., version=...)``).
     version: str | None = None
+    #: Its workflow name (``chain(..., name=...)``, else its first step's task
+    #: name): the ``workflow`` label of its metrics.
+    name: str | None = None
     #: The id of the group its current step is, while it runs one (``None``
     #: otherwise): ``group_handle(broker, step_group_id)`` reads it, and adds
     #: to it and seals it when it was planned with ``open=True``.

@@ -16,7 +16,7 @@ from pydantic import (
     TypeAdapter,
 )
 
-from taskiq_fanin.domain.options import MAX_VERSION, GroupOptions
+from taskiq_fanin.domain.options import MAX_NAME, MAX_VERSION, GroupOptions
 from taskiq_fanin.domain.signature import Signature
 
 
@@ -55,6 +55,9 @@ class ChainSpec(BaseModel):
     #: Which version of the code started it, kept on its record, shown by its
     #: status and counted by ``taskiq-fanin list --chains``.
     version: str | None = Field(default=None, min_length=1, max_length=MAX_VERSION)
+    #: What kind of workflow it is: kept on its record, shown by its status, the
+    #: ``workflow`` label of its metrics (``None``: its first step's task name).
+    name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
 
 
 #: A step of a chain: a task, or a group whose continuation is the next step.
@@ -94,3 +97,58 @@ def step_name(step: Signature | GroupSpec) -> str:
     if isinstance(step, Signature):
         return step.task_name
     return f"{GROUP_STEP_NAME}{len(step.members)}"
+
+
+#: The name of a group or a chain with no task to be named after (an empty group).
+UNNAMED = "unnamed"
+
+
+def member_name(member: "Signature | ChainSpec | GroupSpec") -> str:
+    """The name a workflow is given after this member or step when it has none.
+
+    A task: its name; a chain: its own name, else its first step's; a group:
+    its own name, else its continuation's task name, else its first member's.
+    """
+    if isinstance(member, Signature):
+        return member.task_name
+    if isinstance(member, ChainSpec):
+        return chain_name(member)
+    first = member.members[0] if member.members else None
+    return group_name(member.options, first)
+
+
+def group_name(options: GroupOptions, first: "Signature | ChainSpec | None") -> str:
+    """A group's workflow name: its ``name``, else its continuation's task name.
+
+    With neither, its first member's (:func:`member_name`).
+    """
+    if options.name is not None:
+        return options.name
+    if options.then is not None:
+        return options.then.task_name
+    return member_name(first) if first is not None else UNNAMED
+
+
+def chain_name(spec: ChainSpec) -> str:
+    """A chain's workflow name: its ``name``, else its first step's."""
+    if spec.name is not None:
+        return spec.name
+    return member_name(spec.steps[0]) if spec.steps else UNNAMED
+
+
+def named_steps(spec: ChainSpec) -> ChainSpec:
+    """The chain with its name resolved, given to each group step that has none.
+
+    A group step's continuations are the chain's own: the chain's name says
+    what it is part of.
+    """
+    name = chain_name(spec)
+    steps = tuple(
+        step.model_copy(
+            update={"options": step.options.model_copy(update={"name": name})}
+        )
+        if isinstance(step, GroupSpec) and step.options.name is None
+        else step
+        for step in spec.steps
+    )
+    return spec.model_copy(update={"name": name, "steps": steps})

@@ -80,7 +80,10 @@ async def may_run(
         leases.append(on_error_lease)
     cursor = ChainCursor.from_labels(message.labels)
     if cursor is not None:
-        step_lease = _lease(record.begin_step, ctx, cursor, message, delivery)
+        # A group step's continuation begins the step too: its wait was the
+        # group's run, not a queue's (the group's duration says it).
+        begin_step = functools.partial(record.begin_step, observe_wait=ref is None)
+        step_lease = _lease(begin_step, ctx, cursor, message, delivery)
         begun = await step_lease()
         if begun is not Begin.RUN:
             return await _step_not_run(

@@ -13,6 +13,7 @@ from taskiq_fanin.domain.labels import ContinuationRef, MemberRef
 from taskiq_fanin.domain.results import GroupState
 from taskiq_fanin.domain.spec import ChainSpec
 from taskiq_fanin.groups import group_index, ledger
+from taskiq_fanin.groups.group_durations import group_ended
 from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.storage.records import GroupMeta, read_fields
 from taskiq_fanin.storage.replies import Begin
@@ -48,12 +49,14 @@ async def complete(ctx: FanInContext, ref: ContinuationRef) -> None:
     keys = GroupKeys(ctx.config.prefix, ref.group_id)
     # One pipeline, in this order: should the script fail, the group's keys
     # still expire with their TTL, and nothing is left to sweep.
-    await asyncio.gather(
+    completed, _ = await asyncio.gather(
         ctx.scripts.mark_completed(
             keys, token=ref.token, tombstone_ms=ms(ctx.config.tombstone_ttl)
         ),
         group_index.remove(ctx, ref.group_id),
     )
+    if completed:  # this call completed it: its duration, once
+        await group_ended(ctx, ref.group_id)
 
 
 async def release(
@@ -90,6 +93,7 @@ async def cancel_group(ctx: FanInContext, group_id: str) -> bool:
     )
     if cancelled:
         await group_index.remove(ctx, group_id)
+        await group_ended(ctx, group_id)
     await _cancel_running_chains(ctx, keys)
     return cancelled
 

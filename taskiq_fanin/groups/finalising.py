@@ -18,6 +18,7 @@ from taskiq_fanin.domain.labels import ContinuationRef, retry_labels
 from taskiq_fanin.domain.results import FailurePolicy, MemberError
 from taskiq_fanin.domain.signature import Signature
 from taskiq_fanin.groups import group_index
+from taskiq_fanin.groups.group_durations import group_ended
 from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.storage.replies import CollectedOutcomes
 
@@ -128,8 +129,9 @@ async def finalise(
     if not dispatched:
         return  # a re-dispatch of an overdue continuation: counted at the first
     metrics.GROUPS_FINALISED.labels(continuation=kind).inc()
-    if continuation is None:
+    if continuation is None:  # no continuation: it completed now
         await group_index.remove(ctx, group_id)
+        await group_ended(ctx, group_id)
     # Otherwise the index entry stays at the lease's end: the sweep then finds
     # the group dispatched and looks again at the continuation's deadline.
     logger.info(

@@ -42,3 +42,8 @@ async def remove(ctx: FanInContext, group_id: str) -> None:
 async def due(ctx: FanInContext, batch: int) -> tuple[int, list[str]]:
     """Redis's now (epoch ms), and up to ``batch`` group ids whose time has come."""
     return await ctx.scripts.due(index_key(ctx.config.prefix), batch=batch)
+
+
+async def size(ctx: FanInContext) -> int:
+    """How many groups the index holds (``ZCARD``: O(1)), stale entries and all."""
+    return int(await ctx.redis.zcard(index_key(ctx.config.prefix)))

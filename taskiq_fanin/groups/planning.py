@@ -28,7 +28,7 @@ from taskiq_fanin.domain.exceptions import (
 )
 from taskiq_fanin.domain.results import GroupState
 from taskiq_fanin.domain.signature import Signature
-from taskiq_fanin.domain.spec import ChainSpec
+from taskiq_fanin.domain.spec import ChainSpec, group_name
 from taskiq_fanin.groups import group_index, ledger, workers_seen
 from taskiq_fanin.groups.dispatching import dispatch_members
 from taskiq_fanin.groups.finalising import finalise
@@ -148,7 +148,11 @@ def _meta_of(plan: GroupPlan, first: ledger.Chunk) -> dict[str, str | int]:
     """The group's options as its meta keeps them, and what its members are."""
     # A derived id's plan is the library's own, redone: never refused.
     digest = ledger.digest(plan, first) if plan.named_by_caller else ""
-    return meta_options(plan.options, depth=plan.depth, digest=digest)
+    # Its name, else one from its continuation or first member (of a streamed
+    # group, known from the first chunk on).
+    head = first.members[0] if first.members else None
+    options = plan.options.model_copy(update={"name": group_name(plan.options, head)})
+    return meta_options(options, depth=plan.depth, digest=digest)
 
 
 async def _warn_if_unserved(

@@ -76,6 +76,7 @@ def status_from_meta(
         in_flight=meta.in_flight,
         waiting=meta.waiting,
         version=meta.version or None,
+        name=meta.workflow or None,
         planned_open=meta.open,
         sealed=meta.sealed,
         read_at=read_at,

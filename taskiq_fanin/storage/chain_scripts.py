@@ -19,6 +19,7 @@ from taskiq_fanin.storage.replies import (
     Failed,
     Finished,
     Started,
+    StepWait,
     flat_hash,
 )
 from taskiq_fanin.storage.scripts import Scripts
@@ -55,13 +56,15 @@ class ChainScripts:
         deadline_ms: int,
         member: str = "",
         version: str = "",
+        workflow: str = "",
     ) -> Started:
         """Create the record, unless the chain exists or a group holds the id.
 
         ``ID_IN_USE``: a group holds it, nothing was written.
         ``deadline_ms``: how long a step may take (kept as ``ChainRecord.deadline_ms``);
         ``member``: the label of the group member the chain is, if it is one;
-        ``version``: the one it was started with, if any.
+        ``version``: the one it was started with, if any; ``workflow``: its
+        name (``chain(..., name=...)``, resolved).
         """
         args: Args = [
             token,
@@ -72,6 +75,7 @@ class ChainScripts:
             deadline_ms,
             member,
             version,
+            workflow,
         ]
         group_meta = GroupKeys(keys.prefix, keys.chain_id).meta
         reply = await self._scripts["startChain"](
@@ -186,8 +190,38 @@ class ChainScripts:
         Asked again by the same delivery, it renews its lease; ``takes_over``:
         false for the sweep's copy.
         """
+        begun, _ = await self.begin_step_waited(
+            keys,
+            token=token,
+            step=step,
+            attempt=attempt,
+            delivery=delivery,
+            lease_ms=lease_ms,
+            takes_over=takes_over,
+        )
+        return begun
+
+    async def begin_step_waited(
+        self,
+        keys: ChainKeys,
+        *,
+        token: str,
+        step: int,
+        attempt: int,
+        delivery: str,
+        lease_ms: int,
+        takes_over: bool = True,
+    ) -> tuple[Begin, StepWait | None]:
+        """As :meth:`begin_step`; and, to the step's first copy, its wait.
+
+        The wait: how long since the record last moved, and the chain's name.
+        """
         args: Args = [token, step, attempt, delivery, lease_ms, int(takes_over)]
-        return Begin(await self._call_record("beginStep", keys, args))
+        reply = await self._call_record("beginStep", keys, args)
+        if isinstance(reply, list):
+            begun, waited_ms, workflow = reply
+            return Begin(int(begun)), StepWait(int(waited_ms), text(workflow))
+        return Begin(int(reply)), None
 
     async def release_step(
         self, keys: ChainKeys, *, token: str, step: int, attempt: int, delivery: str

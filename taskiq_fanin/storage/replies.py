@@ -114,6 +114,17 @@ class Advanced(enum.IntEnum):
     CANCELLED = 3
 
 
+@dataclass(frozen=True)
+class StepWait:
+    """What ``beginStep`` tells the first copy of a step to begin."""
+
+    #: From the chain's last move (the previous step's end, or its start) to
+    #: now, on Redis's clock.
+    waited_ms: int
+    #: The chain's name ('' in a record written before names were kept).
+    workflow: str
+
+
 class Finished(enum.IntEnum):
     """Result of ``finishChain``."""
 

@@ -24,7 +24,12 @@ from taskiq_fanin.storage.keys import sweep_lock_key
 from taskiq_fanin.sweep import known
 from taskiq_fanin.sweep.chain_sweep import judge_chain
 from taskiq_fanin.sweep.group_sweep import judge
-from taskiq_fanin.sweep.report import SweepReport, log_finding
+from taskiq_fanin.sweep.report import (
+    CHAIN_KINDS,
+    FindingKind,
+    SweepReport,
+    log_finding,
+)
 
 logger = logging.getLogger("taskiq_fanin.sweep")
 
@@ -129,4 +134,26 @@ async def _examine(
     metrics.record_sweep(
         (finding.kind.value for finding in report.findings), stuck=len(report.stuck)
     )
+    await _record_workflows(ctx, report)
     return report
+
+
+async def _record_workflows(ctx: FanInContext, report: SweepReport) -> None:
+    """Set the open and overdue gauges from what this sweep read.
+
+    Overdue: the groups and chains it found past their deadline and not ended
+    (every finding but a pruned entry). Open: the entries left in each index
+    once it pruned what it found ended (one ``ZCARD`` each). Best effort: a
+    gauge left as it was is no lost work.
+    """
+    overdue = {"group": 0, "chain": 0}
+    for finding in report.findings:
+        if finding.kind is not FindingKind.GONE:
+            overdue["chain" if finding.kind in CHAIN_KINDS else "group"] += 1
+    try:
+        groups, chains = await group_index.size(ctx), await chain_index.size(ctx)
+    except (RedisError, OSError):
+        logger.warning("The open groups and chains were not counted")
+        return
+    metrics.record_workflows("group", open_=groups, overdue=overdue["group"])
+    metrics.record_workflows("chain", open_=chains, overdue=overdue["chain"])

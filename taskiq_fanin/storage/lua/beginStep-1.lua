@@ -32,9 +32,14 @@
   that a guard retried, or a copy left unacknowledged because its kick failed,
   is told it again. No record (expired): Begin.RUN, since losing the work is
   worse than running it again.
+
+  The first copy of a step to begin is told {Begin.RUN, waited, workflow}: ms
+  from the record's last move (the previous step's end, or the chain's start)
+  to now, and the chain's name, for its queue-wait metric; every later copy
+  of the step (a renewal, a retry, a redelivery) is told Begin.RUN alone.
 ]]
 local record = redis.call('HMGET', KEYS[1], 'token', 'state', 'step', 'run_step',
-  'run_until', 'run_attempt', 'run_by', 'run_released', 'updated')
+  'run_until', 'run_attempt', 'run_by', 'run_released', 'updated', 'workflow')
 if not record[1] then
   return Begin.RUN
 end
@@ -63,4 +68,7 @@ end
 redis.call('HSET', KEYS[1], 'run_step', ARGV[2], 'run_until', now + tonumber(ARGV[5]),
   'run_attempt', math.max(attempt, recorded), 'run_by', ARGV[4],
   'run_released', lease_mark(attempt, recorded, mark))
+if not at_step then
+  return {Begin.RUN, now - (tonumber(record[9]) or now), record[10] or ''}
+end
 return Begin.RUN

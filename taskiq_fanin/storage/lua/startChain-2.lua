@@ -5,7 +5,7 @@
   KEYS[1] record   hash: token, state, step, steps, names, started, updated,
                    finished, span, pending, error, failed_step, failure:<step>, redrives,
                    run_step, run_until, run_attempt, member, outcome, payload,
-                   step_undo, version
+                   step_undo, version, workflow
   KEYS[2] meta     of a group of the same id: a group and a chain cannot share
                    an id (same hash tag, same slot)
 
@@ -18,6 +18,7 @@
                    step's run lease)
   ARGV[7] member   the label of the group member the chain is, or ''
   ARGV[8] version  the version it was started with, or ''
+  ARGV[9] workflow its name (chain(..., name=...), else its first step's), or ''
 
   Returns Started.CREATED when created, or when this is its starter again (the
   same token: a caller retrying, its reply lost or its write not replicated)
@@ -44,6 +45,9 @@ if ARGV[7] ~= '' then
 end
 if ARGV[8] and ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 'version', ARGV[8])
+end
+if ARGV[9] and ARGV[9] ~= '' then
+  redis.call('HSET', KEYS[1], 'workflow', ARGV[9])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return Started.CREATED

@@ -55,6 +55,7 @@ class ChainRecord:
         "on_error_redrives": "on_error_redrives",
         "settled": "settled",
         "version": "version",
+        "workflow": "workflow",
     }
 
     token: str = ""
@@ -114,6 +115,9 @@ class ChainRecord:
     settled: bool = False
     #: The version it was started with ('' for none).
     version: str = ""
+    #: Its name (``chain(..., name=...)``, else its first step's task name; ''
+    #: in a record written before names were kept).
+    workflow: str = ""
 
     @classmethod
     def from_hash(cls, raw: RawHash) -> "ChainRecord":
@@ -159,6 +163,7 @@ class ChainRecord:
             on_error_redrives=as_int(f, "on_error_redrives"),
             settled=bool(f.get("settled")),
             version=f.get("version", ""),
+            workflow=f.get("workflow", ""),
         )
 
     @property

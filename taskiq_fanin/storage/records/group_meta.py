@@ -48,6 +48,7 @@ class GroupMeta:
         "sealed_at": "sealed_at",
         "digest": "digest",
         "version": "version",
+        "workflow": "workflow",
         "planner_at": "planner_at",
         "redrives": "redrives",
         "redrive_next": "redrive_next",
@@ -107,6 +108,9 @@ class GroupMeta:
     digest: str = ""
     #: The version it was planned with ('' for none).
     version: str = ""
+    #: Its name (``group(..., name=...)``, else its continuation's or first
+    #: member's task name; '' in a meta written before names were kept).
+    workflow: str = ""
     #: When the planner last wrote a chunk: its lease runs from then.
     planner_at: int | None = None
     redrives: int = 0
@@ -182,6 +186,7 @@ class GroupMeta:
             sealed_at=as_time(f, "sealed_at"),
             digest=f.get("digest", ""),
             version=f.get("version", ""),
+            workflow=f.get("workflow", ""),
             planner_at=as_time(f, "planner_at"),
             redrives=as_int(f, "redrives"),
             redrive_next=as_int(f, "redrive_next"),
@@ -281,6 +286,7 @@ META_FIELDS: dict[str, tuple[str, Callable[[Any], str | int]]] = {
     "results_inline_max": ("inline_max", int),
     "max_in_flight": ("max_in_flight", lambda most: most or 0),
     "version": ("version", lambda version: version or ""),
+    "name": ("workflow", lambda name: name or ""),
 }
 
 
