@@ -11,7 +11,7 @@ report) and ``taskiq_fanin.inspection`` (status by kind, listings).
 """
 
 from taskiq_fanin.api.cancellation import is_cancelled, raise_if_cancelled
-from taskiq_fanin.api.chains import ChainHandle, chain
+from taskiq_fanin.api.chains import ChainHandle, chain, chain_handle
 from taskiq_fanin.api.control import cancel, status
 from taskiq_fanin.api.group_task import group_task
 from taskiq_fanin.api.groups import GroupHandle, group, group_handle
@@ -41,6 +41,7 @@ __all__ = [
     "Skip",
     "cancel",
     "chain",
+    "chain_handle",
     "group",
     "group_handle",
     "group_task",

@@ -3,7 +3,8 @@
 For one id, ``taskiq_fanin.status(broker, id)`` (or a handle's ``status()``) is
 enough: it looks the id up as everywhere, a group first, then a chain. These
 read one kind only, or list what the sweep's index holds (as
-``taskiq-fanin list`` does).
+``taskiq-fanin list`` does), and ``progress(broker, id)``: a group's or a
+chain's progress by id, as ``status`` looks it up.
 """
 
 from taskiq_fanin.api.control import (
@@ -11,6 +12,7 @@ from taskiq_fanin.api.control import (
     group_status,
     list_chains,
     list_groups,
+    progress,
 )
 
-__all__ = ["chain_status", "group_status", "list_chains", "list_groups"]
+__all__ = ["chain_status", "group_status", "list_chains", "list_groups", "progress"]

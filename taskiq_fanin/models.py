@@ -2,8 +2,9 @@
 
 ``GroupResult``, ``GroupStatus``, ``ChainStatus``, ``ChainFailure`` and
 ``MemberError`` are at the top level, ``taskiq_fanin``; here are the option
-values they and ``group(...)`` refer to, and the types ``group(...)`` and
-``chain(...)`` describe a workflow with before it is kicked.
+values they and ``group(...)`` refer to, the types ``group(...)`` and
+``chain(...)`` describe a workflow with before it is kicked, and what a
+handle's ``progress()`` and ``outcomes()`` hand back.
 """
 
 from taskiq_fanin.api.chains import Chain
@@ -17,19 +18,29 @@ from taskiq_fanin.domain.results import (
     OnErrorState,
     SweepPolicy,
 )
+from taskiq_fanin.domain.watching import (
+    ChainProgress,
+    GroupProgress,
+    MemberOutcome,
+    StepOutcome,
+)
 from taskiq_fanin.transport.outcome_batching import OutcomeBatching
 
 __all__ = [
     "Chain",
+    "ChainProgress",
     "ChainState",
     "Durability",
     "FailurePolicy",
     "FanInConfig",
     "Group",
     "GroupOptions",
+    "GroupProgress",
     "GroupState",
+    "MemberOutcome",
     "OnErrorState",
     "OutcomeBatching",
+    "StepOutcome",
     "SweepPolicy",
     "WaitingGuard",
 ]

@@ -53,7 +53,7 @@ async def batcher_on(
 
 async def record(batcher: OutcomeBatcher, keys: GroupKeys, index: int) -> Recorded:
     code, _, _ = await batcher.record(
-        keys.recording, TOKEN, (30_000, "test"), (index, "done", "", f"d{index}")
+        keys.recording, TOKEN, (30_000, "test", 0), (index, "done", "", f"d{index}")
     )
     return Recorded(code)
 

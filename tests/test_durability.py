@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from taskiq_fanin import FanInMiddleware
+from taskiq_fanin.domain.config import DEFAULT_OUTCOME_STREAM_MAX as STREAM_MAX
 from taskiq_fanin.domain.config import Durability, FanInConfig
 from taskiq_fanin.errors import InvalidOptionError, NotReplicatedError
 from taskiq_fanin.storage.chain_scripts import ChainScripts
@@ -64,6 +65,7 @@ async def record(scripts: GroupScripts, keys: GroupKeys, index: int) -> Recorded
         lease_ms=60_000,
         claimant="w",
         delivery=f"d{index}",
+        stream_max=STREAM_MAX,
     )
     return recorded
 

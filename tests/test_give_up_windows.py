@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from taskiq_fanin import FanInMiddleware, GroupResult, Signature, group, sweep
 from taskiq_fanin.api.broker import context_of
+from taskiq_fanin.domain.config import DEFAULT_OUTCOME_STREAM_MAX as STREAM_MAX
 from taskiq_fanin.domain.results import GroupState
 from taskiq_fanin.inspection import group_status
 from taskiq_fanin.storage.group_scripts import GroupScripts
@@ -55,7 +56,7 @@ class Group:
     async def record(self, index: int, outcome: Outcome = Outcome.DONE) -> Recorded:
         code, _, _ = await self.scripts.record_outcome(
             self.keys, token="tok", index=index, outcome=outcome, payload="",
-            lease_ms=60_000, claimant="w", delivery=f"d{index}",
+            lease_ms=60_000, claimant="w", delivery=f"d{index}", stream_max=STREAM_MAX,
         )  # fmt: skip
         return code
 
@@ -268,6 +269,7 @@ async def test_the_sweep_gives_a_wide_group_up_over_visits_then_continues_once(
             code, _, _ = await ctx.scripts.record_outcome(
                 keys, token=token, index=index, outcome=Outcome.DONE,
                 payload=str(index), lease_ms=60_000, claimant="w", delivery="d",
+                stream_max=STREAM_MAX,
             )  # fmt: skip
             return code
 

@@ -32,6 +32,7 @@ from hypothesis.stateful import (
 )
 from redis.asyncio import Redis
 
+from taskiq_fanin.domain.config import DEFAULT_OUTCOME_STREAM_MAX as STREAM_MAX
 from taskiq_fanin.storage.chain_scripts import ChainScripts
 from taskiq_fanin.storage.group_scripts import GroupScripts
 from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
@@ -115,7 +116,7 @@ class ContinuationGuard(Guard):
         )  # fmt: skip
         recorded, *_ = await self.groups.record_outcome(
             self.keys, token=TOKEN, index=0, outcome=Outcome.DONE, payload="",
-            lease_ms=LEASE_MS, claimant="member", delivery="m0",
+            lease_ms=LEASE_MS, claimant="member", delivery="m0", stream_max=STREAM_MAX,
         )  # fmt: skip
         assert recorded is Recorded.CLAIMED
 

@@ -33,6 +33,7 @@ from hypothesis.stateful import (
 )
 from redis.asyncio import Redis
 
+from taskiq_fanin.domain.config import DEFAULT_OUTCOME_STREAM_MAX as STREAM_MAX
 from taskiq_fanin.domain.states import may_move
 from taskiq_fanin.storage import releases
 from taskiq_fanin.storage.chain_scripts import ChainScripts
@@ -153,7 +154,7 @@ class GroupLife(Scripted):
         code, collected, released = self.run(
             self.scripts.record_outcome(
                 self.keys, token="tok", index=index, outcome=outcome, payload="",
-                lease_ms=60_000, claimant="w", delivery=delivery,
+                lease_ms=60_000, claimant="w", delivery=delivery, stream_max=STREAM_MAX,
             )
         )  # fmt: skip
         count("deliveries")

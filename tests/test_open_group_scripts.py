@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
+from taskiq_fanin.domain.config import DEFAULT_OUTCOME_STREAM_MAX as STREAM_MAX
 from taskiq_fanin.storage.group_scripts import GroupScripts
 from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.storage.records import GroupMeta
@@ -59,6 +60,7 @@ async def record(
         lease_ms=30_000,
         claimant="test",
         delivery=delivery or f"d-{index}",
+        stream_max=STREAM_MAX,
     )
     return code, None if released is None else released.index
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from taskiq_fanin.domain.config import DEFAULT_OUTCOME_STREAM_MAX as STREAM_MAX
 from taskiq_fanin.domain.config import FanInConfig, ms
 from taskiq_fanin.domain.options import GroupOptions
 from taskiq_fanin.domain.results import (
@@ -241,6 +242,7 @@ async def test_a_meta_written_by_today_s_create_group_reads(
         lease_ms=1_000,
         claimant="c",
         delivery="d",
+        stream_max=STREAM_MAX,
     )
     raw = await redis_client.hgetall(keys.meta)
     assert all(isinstance(name, bytes) for name in raw)  # as redis-py hands it

@@ -194,11 +194,11 @@ async def test_the_claim_of_a_by_reference_group_reads_no_outcome(
         outcome = "failed" if _fails(index) else "done"
         payload = json.dumps({"type": "E", "message": "m"} if _fails(index) else index)
         await scripts["recordOutcome"](
-            keys=recording, args=["tok", 60_000, "me", index, outcome, payload, "d"]
+            keys=recording, args=["tok", 60_000, "me", 0, index, outcome, payload, "d"]
         )
     last = members - 1
     codes, collected, outstanding = await scripts["recordOutcome"](
-        keys=recording, args=["tok", 60_000, "me", last, "done", str(last), "d"]
+        keys=recording, args=["tok", 60_000, "me", 0, last, "done", str(last), "d"]
     )
 
     assert codes == [2]  # Recorded.CLAIMED

@@ -11,6 +11,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from taskiq_fanin.domain.config import DEFAULT_OUTCOME_STREAM_MAX as STREAM_MAX
 from taskiq_fanin.storage.chain_scripts import ChainScripts
 from taskiq_fanin.storage.group_scripts import GroupScripts
 from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
@@ -226,6 +227,7 @@ async def test_every_wrapper_passes_its_script_the_keys_its_name_counts(
         lease_ms=1_000,
         claimant="w",
         delivery="d",
+        stream_max=STREAM_MAX,
     )
     await groups.redrive_group(group, token=token, max_redrives=1)
     await groups.give_up(group, token=token, lease_ms=1_000, claimant="s")

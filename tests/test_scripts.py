@@ -9,6 +9,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from taskiq_fanin.domain.config import DEFAULT_OUTCOME_STREAM_MAX as STREAM_MAX
 from taskiq_fanin.storage.chain_scripts import ChainScripts
 from taskiq_fanin.storage.group_scripts import GroupScripts
 from taskiq_fanin.storage.keys import ChainKeys, GroupKeys
@@ -51,6 +52,7 @@ async def record_with_outcomes(
         lease_ms=30_000,
         claimant="test",
         delivery=delivery,
+        stream_max=STREAM_MAX,
     )
     return recorded, collected
 

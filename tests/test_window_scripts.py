@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
+from taskiq_fanin.domain.config import DEFAULT_OUTCOME_STREAM_MAX as STREAM_MAX
 from taskiq_fanin.storage.group_scripts import GroupScripts
 from taskiq_fanin.storage.keys import GroupKeys
 from taskiq_fanin.storage.records import GroupMeta
@@ -61,6 +62,7 @@ async def record(
         lease_ms=lease_ms,
         claimant="test",
         delivery=delivery or f"d-{index}",
+        stream_max=STREAM_MAX,
     )
     if released is not None:
         assert released == Released(released.index, row(released.index), 1, False)

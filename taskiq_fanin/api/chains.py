@@ -2,18 +2,20 @@
 
 import secrets
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from taskiq_fanin.api.broker import Target, context_of
 from taskiq_fanin.api.checks import wrong_kind
 from taskiq_fanin.api.retries import cancel_chain_riding, riding
-from taskiq_fanin.chains import launch, record
+from taskiq_fanin.chains import chain_watch, launch, record
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.domain.exceptions import InvalidChainError, InvalidOptionError, shown
 from taskiq_fanin.domain.options import MAX_VERSION
 from taskiq_fanin.domain.results import ChainStatus
 from taskiq_fanin.domain.signature import Signature, TaskRef, as_signature
 from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
+from taskiq_fanin.domain.watching import ChainProgress, StepOutcome
 from taskiq_fanin.storage.keys import validate_chain_id
 
 
@@ -27,6 +29,18 @@ class ChainHandle:
     async def status(self) -> ChainStatus:
         """The chain's workflow record now."""
         return await record.status(self._ctx, self.chain_id)
+
+    async def progress(self) -> ChainProgress:
+        """The step it is at (from 1), and a group step's progress."""
+        return await chain_watch.chain_progress(self._ctx, self.chain_id)
+
+    def outcomes(self, *, after: str | None = None) -> AsyncIterator[StepOutcome]:
+        """Each step's end as it comes, until the chain ends.
+
+        From the first step, or after a step outcome's ``cursor``. Raises
+        ``ChainNotFoundError`` when Redis holds no such chain.
+        """
+        return chain_watch.follow(self._ctx, self.chain_id, after=after)
 
     async def cancel(self) -> bool:
         """Cancel this chain (as ``cancel(broker, id)``); False if it is not running.
@@ -63,6 +77,15 @@ class Chain(ChainSpec):
             what=("Starting chain", chain_id),
         )
         return ChainHandle(chain_id, ctx)
+
+
+def chain_handle(target: Target, chain_id: str) -> ChainHandle:
+    """The chain of this id, to read, follow or cancel: ``chain_handle(broker, id)``.
+
+    An id that cannot name a chain raises ``InvalidChainIdError`` here.
+    """
+    validate_chain_id(chain_id, derived=True)
+    return ChainHandle(chain_id, context_of(target))
 
 
 def chain(

@@ -15,10 +15,11 @@ from taskiq_fanin.api.retries import (
     deadline,
     riding,
 )
-from taskiq_fanin.chains import record
+from taskiq_fanin.chains import chain_watch, record
 from taskiq_fanin.context import FanInContext
 from taskiq_fanin.domain.results import ChainStatus, GroupStatus
-from taskiq_fanin.groups import reading
+from taskiq_fanin.domain.watching import ChainProgress, GroupProgress
+from taskiq_fanin.groups import pace, reading
 from taskiq_fanin.groups.reading import DEFAULT_LIST_LIMIT
 from taskiq_fanin.storage.keys import ChainKeys, GroupKeys, validate_lookup_id
 
@@ -63,6 +64,17 @@ async def status(target: Target, workflow_id: str) -> GroupStatus | ChainStatus:
     if await resolve(ctx, workflow_id) is Kind.CHAIN:
         return await record.status(ctx, workflow_id)
     return await reading.status(ctx, workflow_id)
+
+
+async def progress(target: Target, workflow_id: str) -> GroupProgress | ChainProgress:
+    """The progress of the group, or else the chain, of this id (:func:`resolve`).
+
+    A ``GroupProgress`` in state ``missing`` when neither exists.
+    """
+    ctx = context_of(target)
+    if await resolve(ctx, workflow_id) is Kind.CHAIN:
+        return await chain_watch.chain_progress(ctx, workflow_id)
+    return await pace.group_progress(ctx, workflow_id)
 
 
 async def cancel(target: Target, workflow_id: str) -> bool:

@@ -19,7 +19,8 @@ from taskiq_fanin.domain.options import GroupOptions
 from taskiq_fanin.domain.results import GroupStatus
 from taskiq_fanin.domain.signature import Signature
 from taskiq_fanin.domain.spec import ChainSpec, GroupSpec
-from taskiq_fanin.groups import growing, ledger, reading
+from taskiq_fanin.domain.watching import GroupProgress, MemberOutcome
+from taskiq_fanin.groups import growing, ledger, outcome_follower, pace, reading
 from taskiq_fanin.groups.group_validation import GroupPlan, validate_group
 from taskiq_fanin.groups.planning import Planned, plan_group
 from taskiq_fanin.storage.keys import validate_group_id
@@ -48,6 +49,21 @@ class GroupHandle:
     async def status(self) -> GroupStatus:
         """The group's status as Redis holds it now."""
         return await reading.status(self._ctx, self.group_id)
+
+    async def progress(self) -> GroupProgress:
+        """Its counts, its rate and the time it has left (O(1) in its size)."""
+        return await pace.group_progress(self._ctx, self.group_id)
+
+    def outcomes(self, *, after: str | None = None) -> AsyncIterator[MemberOutcome]:
+        """Each member's outcome as it is recorded, until the group ends.
+
+        ``async for outcome in handle.outcomes(): ...``. From the start (a
+        reader that comes late reads what came before it first), or after an
+        outcome's ``cursor``. The group's outcome stream keeps its latest
+        ``outcome_stream_max`` outcomes. Raises ``GroupNotFoundError`` when
+        Redis holds no such group.
+        """
+        return outcome_follower.follow(self._ctx, self.group_id, after=after)
 
     async def cancel(self) -> bool:
         """Cancel this group (as ``cancel(broker, id)``); False if it is not open.

@@ -42,6 +42,8 @@ DEFAULT_MAX_GROUP_SIZE = 100_000
 DEFAULT_RESULTS_INLINE_MAX = 500
 #: A member result larger than this (as JSON) is not kept; the member still counts.
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024
+#: A group's outcome stream keeps about this many of its latest outcomes.
+DEFAULT_OUTCOME_STREAM_MAX = 10_000
 #: How many member kicks a planner keeps in flight at once.
 DEFAULT_DISPATCH_CONCURRENCY = 64
 #: How many times the sweep may re-drive one group.
@@ -159,6 +161,11 @@ class FanInConfig(BaseModel):
     #: Member results larger than this (as JSON) are not kept (the member still
     #: counts); error messages are cut to this size.
     max_result_bytes: Positive = DEFAULT_MAX_RESULT_BYTES
+    #: A group's outcome stream (``handle.outcomes()``, ``progress()`` 's rate)
+    #: keeps about this many of its latest outcomes; 0 keeps none.
+    outcome_stream_max: int = Field(
+        default=DEFAULT_OUTCOME_STREAM_MAX, ge=0, strict=True
+    )
     #: Default for groups: a group of more members hands its continuation a
     #: ``GroupResult`` by reference (read with ``iter_results()``).
     results_inline_max: Positive = DEFAULT_RESULTS_INLINE_MAX
@@ -239,6 +246,7 @@ class FanInOptions(TypedDict, total=False):
     tombstone_ttl: Duration
     max_group_size: int
     max_result_bytes: int
+    outcome_stream_max: int
     results_inline_max: int
     dispatch_concurrency: int
     failure_policy: FailurePolicy | str

@@ -142,16 +142,26 @@ class GroupSealedError(FanInError, ValueError):
 
 
 class GroupNotFoundError(FanInError, LookupError):
-    """A group to grow or seal that Redis does not hold: nothing was written.
+    """A group to grow, seal or follow that Redis does not hold.
 
-    It was never planned, or it expired.
+    It was never planned, or it expired; nothing was written.
     """
 
     __template__ = (
         "Group {group_id} does not exist: it was never planned (plan it with "
-        "group(..., group_id=..., open=True).kiq(broker) first) or it expired"
+        "group(..., group_id=...).kiq(broker) first) or it expired"
     )
     group_id: str
+
+
+class ChainNotFoundError(FanInError, LookupError):
+    """A chain to follow that Redis does not hold: never started, or expired."""
+
+    __template__ = (
+        "Chain {chain_id} does not exist: it was never started (start it with "
+        "chain(..., chain_id=...).kiq(broker) first) or it expired"
+    )
+    chain_id: str
 
 
 class InvalidOptionError(FanInError, ValueError):

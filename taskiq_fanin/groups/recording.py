@@ -101,6 +101,7 @@ async def record(
         lease_ms=ms(config.finaliser_lease),
         claimant=CLAIMANT,
         delivery=delivery,
+        stream_max=config.outcome_stream_max,
     )
     if recorded in _NOT_OURS:
         logger.warning("Group %s member %s: %s", ref.group_id, ref.index, recorded.name)

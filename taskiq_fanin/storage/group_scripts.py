@@ -159,8 +159,12 @@ class GroupScripts:
         lease_ms: int,
         claimant: str,
         delivery: str,
+        stream_max: int,
     ) -> tuple[Recorded, CollectedOutcomes | None, Released | None]:
         """Record one member's outcome; ``CLAIMED`` means: you finalise.
+
+        A new outcome also goes on the group's outcome stream, kept to about
+        ``stream_max`` entries (0: none).
 
         The claimant also gets what the finaliser needs (``collect_outcomes``);
         the lease it takes holds ``<claimant>#<delivery>``, and the same
@@ -170,7 +174,7 @@ class GroupScripts:
         code, shared, own = await self.outcomes.record(
             keys.recording,
             token,
-            head=(lease_ms, claimant),
+            head=(lease_ms, claimant, stream_max),
             member=(index, outcome.value, payload, delivery),
         )
         recorded = Recorded(code)
@@ -225,8 +229,7 @@ class GroupScripts:
 
     async def cancel_group(self, keys: GroupKeys, *, tombstone_ms: int) -> bool:
         """Cancel an open group; False if it is missing or not open."""
-        cancelling = [*keys.all, keys.window]
-        return await self._applied("cancelGroup", cancelling, [tombstone_ms])
+        return await self._applied("cancelGroup", keys.cancelling, [tombstone_ms])
 
     async def begin_continuation(
         self,

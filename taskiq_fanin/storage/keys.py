@@ -96,6 +96,18 @@ class GroupKeys:
         return self._key("lost")
 
     @property
+    def outcomes(self) -> str:
+        """Stream: each member's outcome as it is recorded (``recordOutcome``).
+
+        Fields ``i`` (index), ``o`` (done, failed or skipped) and ``p`` (its
+        result, error or reason as JSON, when it has one of at most 1 KiB;
+        larger, ``c``: cut); trimmed to the
+        middleware's ``outcome_stream_max``, and kept as long as the meta, so
+        that a reader that comes late still reads the group's end.
+        """
+        return self._key("outcomes")
+
+    @property
     def claim(self) -> str:
         """String: the finaliser's lease (who holds it, with an expiry).
 
@@ -123,8 +135,8 @@ class GroupKeys:
 
     @cached_property
     def ending(self) -> tuple[str, ...]:
-        """Every key, the lost set last: what dispatching or completing shrinks."""
-        return (*self.all, self.lost)
+        """Every key, the lost set, the outcome stream: what dispatching shrinks."""
+        return (*self.all, self.lost, self.outcomes)
 
     @cached_property
     def giving_up(self) -> tuple[str, ...]:
@@ -135,10 +147,10 @@ class GroupKeys:
     def redriving(self) -> tuple[str, ...]:
         """The keys a re-drive pushes past the new deadline (``redriveGroup``).
 
-        All but the lease, the window hash last (a windowed group's releases
-        must live as long as the group).
+        All but the lease, then the window hash (a windowed group's releases
+        must live as long as the group) and the outcome stream.
         """
-        return (*(k for k in self.all if k != self.claim), self.window)
+        return (*(k for k in self.all if k != self.claim), self.window, self.outcomes)
 
     @cached_property
     def recording(self) -> tuple[str, ...]:
@@ -152,7 +164,13 @@ class GroupKeys:
             self.claim,
             self.plan,
             self.window,
+            self.outcomes,
         )
+
+    @cached_property
+    def cancelling(self) -> tuple[str, ...]:
+        """The keys a cancel shrinks (``cancelGroup``), in its order."""
+        return (*self.all, self.window, self.outcomes)
 
 
 @lru_cache(maxsize=4096)

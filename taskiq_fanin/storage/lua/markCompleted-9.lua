@@ -7,6 +7,7 @@
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim   KEYS[8] lost
+  KEYS[9] outcomes  (kept as long as the meta: its readers read the end)
 
   ARGV[1] token
   ARGV[2] tombstone  ms to keep the meta
@@ -28,4 +29,5 @@ else
   redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[9], ARGV[2])
 return Applied.APPLIED

@@ -6,6 +6,7 @@
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim   KEYS[8] lost
+  KEYS[9] outcomes  (kept as long as the meta: its readers read the end)
 
   ARGV[1] token
   ARGV[2] dispatched 'then' | 'on_error' | 'none'
@@ -41,4 +42,5 @@ end
 move(KEYS[1], 'group', state, 'completed', 'completed_at', now)
 redis.call('UNLINK', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[9], ARGV[3])
 return Applied.APPLIED

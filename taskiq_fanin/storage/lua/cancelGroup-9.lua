@@ -10,6 +10,7 @@
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
   KEYS[5] results   KEYS[6] errors   KEYS[7] claim   KEYS[8] window
   (a windowed group releases nothing more: what its outcomes released goes)
+  KEYS[9] outcomes  (kept as long as the meta: its readers read the end)
 
   ARGV[1] tombstone  ms to keep the meta
 
@@ -25,4 +26,5 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
 redis.call('PEXPIRE', KEYS[3], ARGV[1])
 redis.call('PEXPIRE', KEYS[4], ARGV[1])
+redis.call('PEXPIRE', KEYS[9], ARGV[1])
 return Applied.APPLIED

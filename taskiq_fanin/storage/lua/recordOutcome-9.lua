@@ -34,12 +34,22 @@
   an index its window would release that the ledger does not hold yet is
   released by the batch that adds it (addMembers).
 
+  Each outcome newly recorded in an open group is also appended to the
+  group's outcome stream (the last key: fields i, o and p, its payload when it has
+  one of at most STREAM_PAYLOAD bytes, else c = 1: cut, read it from the group's
+  result; the entry's id, on Redis's clock, is the readers' cursor), trimmed to
+  about ARGV[4] entries (0: no stream), with the meta's expiry. A reader
+  follows it as it grows (handle.outcomes()) and times it (progress()'s
+  rate): no round trip of its own.
+
   KEYS[1] meta      KEYS[2] done     KEYS[3] failed  KEYS[4] results
   KEYS[5] errors    KEYS[6] claim    KEYS[7] plan    KEYS[8] window
+  KEYS[9] outcomes
 
   ARGV[1] token     the group's token, from the members' labels
   ARGV[2] lease     ms the finaliser may take before the sweep takes over
   ARGV[3] claimant  who claims: the lease holds '<claimant>#<delivery>'
+  ARGV[4] stream    the outcome stream's length, about (0: none kept)
   then per member, four arguments:
     index     the member's index in the ledger
     outcome   'done' | 'failed' | 'skipped'
@@ -66,7 +76,7 @@
   windowed group released members, a fourth field, per member in order: {}
   or {released index, its ledger row, the group's depth, cancellable}.
 ]]
-local first, per = 4, 4
+local first, per = 5, 4
 local members = (#ARGV - first + 1) / per
 local codes = {}
 local function all(code)
@@ -108,6 +118,25 @@ local function count(outcome)
 end
 local holder = nil
 local window = tonumber(meta[7]) or 0
+local stream_max = tonumber(ARGV[4])
+local streamed = false
+
+-- Append a new outcome to the group's stream, for its readers: a payload up
+-- to this size (a stream of 10,000 results of 64 KiB would hold 640 MB).
+local STREAM_PAYLOAD = 1024
+local function stream(index, outcome, payload)
+  if stream_max <= 0 then return end
+  if #payload > STREAM_PAYLOAD then
+    redis.call('XADD', KEYS[9], 'MAXLEN', '~', stream_max, '*',
+      'i', index, 'o', outcome, 'c', 1)
+  elseif payload ~= '' then
+    redis.call('XADD', KEYS[9], 'MAXLEN', '~', stream_max, '*',
+      'i', index, 'o', outcome, 'p', payload)
+  else
+    redis.call('XADD', KEYS[9], 'MAXLEN', '~', stream_max, '*', 'i', index, 'o', outcome)
+  end
+  streamed = true
+end
 local kicks, kicking, now, moved = {}, false, nil, false
 
 -- Hand the caller member j of the ledger to kick, for the i-th member of the call.
@@ -141,7 +170,8 @@ local function slide()
   if now + 2 * span <= tonumber(meta[4]) then return end
   meta[4] = now + math.max(tonumber(meta[11]) or 0, 2 * span)
   redis.call('HSET', KEYS[1], 'expires', meta[4])
-  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7], KEYS[8]}) do
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7], KEYS[8],
+      KEYS[9]}) do
     redis.call('PEXPIREAT', key, meta[4])
   end
 end
@@ -208,6 +238,7 @@ for i = 1, members do
       redis.call('HSET', payloads[outcome], field(outcome, index), payload)
       redis.call('PEXPIREAT', payloads[outcome], meta[4])
     end
+    stream(index, outcome, payload)
     codes[i] = Recorded.RECORDED
     if sealed and counts.done + counts.failed >= total then
       -- The state is the guard; the key is only the finaliser's lease, set
@@ -226,6 +257,7 @@ for i = 1, members do
   end
 end
 if moved and state == 'open' then slide() end
+if streamed then redis.call('PEXPIREAT', KEYS[9], meta[4]) end
 
 local collected = {}
 local handed = false

@@ -13,7 +13,7 @@
   kicking one not released yet would let more than max_in_flight run.
 
   KEYS[1] meta      KEYS[2] plan     KEYS[3] done    KEYS[4] failed
-  KEYS[5] results   KEYS[6] errors   KEYS[7] window
+  KEYS[5] results   KEYS[6] errors   KEYS[7] window   KEYS[8] outcomes
   (each one's expiry pushed past the deadline: a windowed group's window too,
   or a redelivered member could no longer kick again what it released)
 

@@ -1,0 +1,100 @@
+"""Reading a group's outcome stream (written by ``recordOutcome``).
+
+Each entry is one member's outcome: ``i`` (its index), ``o`` (done, failed or
+skipped) and ``p`` (its result, error or reason as JSON, left out when it has
+none; over 1 KiB, ``c`` says it was cut instead). Its id, on Redis's clock,
+is the reader's cursor. Every read here is bounded: a page after a cursor, or
+the latest few entries.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from taskiq_fanin.domain.exceptions import InvalidOptionError, shown
+from taskiq_fanin.transport.client import RedisClient
+
+#: Where a reader that starts from the beginning starts: before every entry.
+START = "0-0"
+_CURSOR = re.compile(r"\d{1,20}-\d{1,20}")
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    """One recorded outcome, as the stream holds it."""
+
+    cursor: str
+    #: When it was recorded (epoch ms, Redis's clock): the id's first part.
+    at_ms: int
+    index: int
+    outcome: str
+    #: JSON, or ``""`` when the member left none (or it was cut).
+    payload: str
+    #: Its payload was larger than the stream keeps (``recordOutcome``'s
+    #: ``STREAM_PAYLOAD``, 1 KiB): the group's result holds it.
+    cut: bool = False
+
+
+def checked_cursor(cursor: str | None) -> str:
+    """A reader's ``after=``: a cursor an outcome gave, or ``None`` (the start)."""
+    if cursor is None:
+        return START
+    if not isinstance(cursor, str) or not _CURSOR.fullmatch(cursor):
+        raise InvalidOptionError(
+            name="after",
+            value=shown(cursor),
+            reason="a cursor an outcome gave (its .cursor), or None for the start",
+        )
+    return cursor
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entry(entry_id: Any, fields: dict[Any, Any]) -> StreamEntry:
+    cursor = _text(entry_id)
+    values = {_text(k): _text(v) for k, v in fields.items()}
+    return StreamEntry(
+        cursor=cursor,
+        at_ms=int(cursor.partition("-")[0]),
+        index=int(values["i"]),
+        outcome=values["o"],
+        payload=values.get("p", ""),
+        cut=values.get("c") == "1",
+    )
+
+
+def _next(cursor: str) -> str:
+    """The first id after ``cursor`` (XRANGE's start is inclusive)."""
+    millis, _, sequence = cursor.partition("-")
+    return f"{millis}-{int(sequence) + 1}"
+
+
+async def read_after(
+    client: RedisClient, key: str, cursor: str, *, count: int
+) -> list[StreamEntry]:
+    """At most ``count`` entries after ``cursor``, oldest first; at once."""
+    # redis-py's reply types are loose: a list of (id, fields) here.
+    found: Any = await client.xrange(key, min=_next(cursor), max="+", count=count)
+    return [_entry(entry_id, fields) for entry_id, fields in found]
+
+
+async def wait_after(
+    client: RedisClient, key: str, cursor: str, *, count: int, block_ms: int
+) -> list[StreamEntry]:
+    """Entries after ``cursor``, waiting up to ``block_ms`` for the first one.
+
+    The wait holds one of the client's connections.
+    """
+    found: Any = await client.xread({key: cursor}, count=count, block=block_ms)
+    if not found:
+        return []
+    ((_, entries),) = found  # one stream asked, one answered
+    return [_entry(entry_id, fields) for entry_id, fields in entries]
+
+
+async def latest(client: RedisClient, key: str, *, count: int) -> list[StreamEntry]:
+    """The ``count`` latest entries, newest first (what a pace is read from)."""
+    found: Any = await client.xrevrange(key, max="+", min="-", count=count)
+    return [_entry(entry_id, fields) for entry_id, fields in found]
