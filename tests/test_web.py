@@ -93,6 +93,22 @@ async def test_a_groups_progress_reaches_100_percent_live_without_a_reload(
                     timeout=WAIT_MS,
                 )
                 assert await _still_marked(page)
+
+                # Ended, its outcomes are still read from its outcome stream,
+                # a page at a time, each page after the last one's cursor.
+                await page.goto(f"{url}/groups/album?limit=4")
+                seen: list[str] = []
+                for _ in range(3):
+                    rows = page.locator("#outcome-list tr")
+                    seen += [
+                        (await rows.nth(i).text_content()) or ""
+                        for i in range(1, await rows.count())
+                    ]
+                    if len(seen) >= 10:
+                        break
+                    await page.click("#outcomes ~ p >> text=next")
+                assert len(seen) == 10  # 4, 4 and 2
+                assert sum("part 2 is broken" in row for row in seen) == 1
         finally:
             for gate in gates:  # the members end before the worker stops
                 gate.set()

@@ -18,6 +18,7 @@ from taskiq import AsyncBroker
 from taskiq_fanin.api.broker import context_of
 from taskiq_fanin.api.control import Kind as IdKind
 from taskiq_fanin.api.control import cancel, chain_status, group_status, resolve
+from taskiq_fanin.api.groups import group_handle
 from taskiq_fanin.domain.exceptions import FanInError
 from taskiq_fanin.domain.results import ChainState, GroupState, SweepPolicy
 from taskiq_fanin.sweep.run import sweep_group
@@ -29,7 +30,7 @@ from taskiq_fanin.web.render import (
     index_page,
     message_page,
 )
-from taskiq_fanin.web.render_group import group_page
+from taskiq_fanin.web.render_group import GroupView, group_page
 from taskiq_fanin.web.sse import chain_events, group_events
 from taskiq_fanin.worker.middleware import FanInMiddleware
 
@@ -101,22 +102,25 @@ async def group(request: Request) -> Response:
         return _html(message_page("Not found", f"No group {group_id!r}."), 404)
     limit = _number(request, "limit", queries.PAGE, queries.MOST) or 1
     offset = _number(request, "offset", 0, max(status.total - 1, 0))
-    members = await queries.members(fanin, group_id, offset, limit, status.total)
+    after = request.query_params.get("after") or None
     cursor = _number(request, "failures", 0, 2**63)
-    failed = await queries.failures(fanin, group_id, cursor, queries.PAGE)
-    now = status.read_at or await queries.now_of(fanin)
-    actions = (settings.allow_actions, settings.broker is not None)
-    return _html(
-        group_page(
-            status,
-            now,
-            items=members,
-            failed=failed,
-            offset=offset,
-            limit=limit,
-            actions=actions,
-        )
+    failures, next_cursor = await queries.failures(
+        fanin, group_id, cursor, queries.PAGE
     )
+    view = GroupView(
+        members=await queries.members(fanin, group_id, offset, limit, status.total),
+        offset=offset,
+        limit=limit,
+        failures=failures,
+        failures_cursor=next_cursor,
+        outcomes=await queries.outcomes(fanin, group_id, after, limit),
+        after=after,
+        actions=settings.allow_actions,
+        broker=settings.broker is not None,
+    )
+    progress = await group_handle(fanin, group_id).progress()
+    now = status.read_at or await queries.now_of(fanin)
+    return _html(group_page(status, progress, now, view))
 
 
 async def chain(request: Request) -> Response:

@@ -26,8 +26,17 @@ from taskiq_fanin.domain.results import (
     MemberError,
 )
 from taskiq_fanin.domain.signature import Signature
+from taskiq_fanin.domain.watching import MemberOutcome
+from taskiq_fanin.groups.outcome_follower import member_outcome
 from taskiq_fanin.groups.reading import status_from_meta
-from taskiq_fanin.storage.keys import ChainKeys, GroupKeys, chain_index_key, index_key
+from taskiq_fanin.storage import outcome_stream
+from taskiq_fanin.storage.keys import (
+    ChainKeys,
+    GroupKeys,
+    chain_index_key,
+    group_keys,
+    index_key,
+)
 from taskiq_fanin.storage.records import ChainRecord, GroupMeta, read_indexed
 from taskiq_fanin.storage.records.fields import text
 from taskiq_fanin.storage.replies import SKIP_FIELD
@@ -263,3 +272,17 @@ async def compensations(fanin: FanInMiddleware, chain_id: str) -> list[str]:
         except ValueError:
             names.append("(unreadable)")
     return names
+
+
+async def outcomes(
+    fanin: FanInMiddleware, group_id: str, after: str | None, limit: int
+) -> list[MemberOutcome]:
+    """At most ``limit`` outcomes as recorded, after the cursor ``after``.
+
+    One ``XRANGE`` of the group's outcome stream: never waits, never whole.
+    """
+    ctx = context_of(fanin)
+    key = group_keys(ctx.config.prefix, group_id).outcomes
+    cursor = outcome_stream.checked_cursor(after)
+    page = await outcome_stream.read_after(ctx.redis, key, cursor, count=limit)
+    return [member_outcome(entry) for entry in page]

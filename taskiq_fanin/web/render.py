@@ -17,6 +17,7 @@ from taskiq_fanin.domain.results import (
     GroupStatus,
     MemberError,
 )
+from taskiq_fanin.domain.watching import GroupProgress
 from taskiq_fanin.web.queries import Listing
 
 STYLE = """
@@ -57,11 +58,6 @@ def error_text(error: MemberError | None) -> str:
     return f"{error.type}: {error.message}" if error.message else error.type
 
 
-def ended(status: GroupStatus) -> int:
-    """Members with an outcome (done, failed, skipped or lost)."""
-    return status.done + status.failed + status.skipped + status.lost
-
-
 @dataclass(frozen=True)
 class Progress:
     """What a group's page shows live: sent by its events, used by its HTML."""
@@ -75,12 +71,23 @@ class Progress:
     percent: float
     state: str
     over: bool
+    #: Of a ``GroupProgress``: outcomes a second lately, and the time left.
+    rate: float | None = None
+    eta_seconds: float | None = None
+    in_flight: int | None = None
+    pace: str = ""
 
 
-def progress_doc(status: GroupStatus) -> Progress:
-    """The group's progress as its page shows it."""
-    count = ended(status)
-    percent = 100.0 * count / status.total if status.total else 0.0
+def progress_doc(status: GroupStatus | GroupProgress) -> Progress:
+    """The group's progress as its page shows it (pace only from a progress)."""
+    count = status.done + status.failed + status.skipped + status.lost
+    percent = 100.0 * min(count, status.total) / status.total if status.total else 0.0
+    rate = eta = in_flight = None
+    if isinstance(status, GroupProgress):
+        rate, eta, in_flight = status.rate, status.eta_seconds, status.in_flight
+    pace = "" if rate is None else f"{rate:.1f}/s"
+    if eta is not None:
+        pace += f", about {duration(eta)} left"
     return Progress(
         done=status.done,
         failed=status.failed,
@@ -91,6 +98,10 @@ def progress_doc(status: GroupStatus) -> Progress:
         percent=round(percent, 1),
         state=status.state.value,
         over=status.state in (GroupState.COMPLETED, GroupState.CANCELLED),
+        rate=rate,
+        eta_seconds=eta,
+        in_flight=in_flight,
+        pace=pace,
     )
 
 
@@ -131,7 +142,7 @@ def _group_row(status: GroupStatus, now: datetime) -> str:
     stuck = ' <span class="stuck">stuck</span>' if status.overdue(now) else ""
     return (
         f'<tr><td><a href="{group_href(status.group_id)}">{esc(status.group_id)}</a>'
-        f"</td><td>{doc.ended}/{doc.total} ({doc.percent}%)</td>"
+        f"</td><td>{doc.ended}/{doc.total} ({doc.percent:.1f}%)</td>"
         f"<td>{esc(status.state.value)}{stuck}</td>"
         f"<td>{duration(status.age_seconds(now))}</td>"
         f"<td>{when(status.deadline)}</td></tr>"

@@ -1,8 +1,9 @@
 """Server-sent events: a group's progress and a chain's step, as they change.
 
-Each stream reads the group's (or chain's) status, O(1) in its size, a few
-times a second, and sends an event only when what the page shows changed; it
-ends when the group or chain is over (or gone). A comment line now and then
+Each stream reads the group's progress (``GroupHandle.progress()``) or the
+chain's status, O(1) in its size, a few times a second, and sends an event
+only when what the page shows changed; it ends when the group or chain is
+over (or gone). A comment line now and then
 keeps proxies from closing an idle stream.
 """
 
@@ -12,7 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
-from taskiq_fanin.api.control import chain_status, group_status
+from taskiq_fanin.api.control import chain_status
+from taskiq_fanin.api.groups import group_handle
 from taskiq_fanin.domain.results import ChainState, GroupState
 from taskiq_fanin.web.render import chain_doc, progress_doc
 from taskiq_fanin.worker.middleware import FanInMiddleware
@@ -55,7 +57,7 @@ def group_events(fanin: FanInMiddleware, group_id: str) -> AsyncIterator[str]:
     """``progress`` events of a group, until it is over or gone."""
 
     async def read() -> tuple[dict[str, Any], bool]:
-        status = await group_status(fanin, group_id)
+        status = await group_handle(fanin, group_id).progress()
         doc = progress_doc(status)
         return asdict(doc), doc.over or status.state is GroupState.MISSING
 
