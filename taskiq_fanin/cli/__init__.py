@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from redis.exceptions import MovedError, RedisClusterException, RedisError
 from taskiq.abc.cmd import TaskiqCMD
 
-from taskiq_fanin.cli.commands import COMMANDS, open_target
+from taskiq_fanin.cli.commands import COMMANDS, check_web, open_target
 from taskiq_fanin.cli.parser import (
     ExitCode,
     NotFoundError,
@@ -26,6 +26,8 @@ from taskiq_fanin.domain.exceptions import FanInError, RedisUnreachableError
 
 
 async def _run(args: argparse.Namespace) -> int:
+    if args.command == "web":
+        check_web(args)
     fanin, owner = open_target(args)
     try:
         try:

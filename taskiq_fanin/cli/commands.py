@@ -2,6 +2,7 @@
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,10 @@ from taskiq_fanin.worker.middleware import FanInMiddleware
 Command = Callable[[FanInMiddleware, argparse.Namespace], Awaitable[int]]
 #: What is started and stopped around a command: a broker, or a lone middleware.
 Startable = AsyncBroker | FanInMiddleware
+#: Where ``taskiq-fanin web`` reads its token when ``--token`` is not given.
+TOKEN_ENV = "TASKIQ_FANIN_WEB_TOKEN"
+#: What the web page needs beyond the core: the ``web`` extra.
+WEB_MODULES = ("starlette", "uvicorn")
 #: Sweep modes that override each group's own policy (they are named after it).
 OVERRIDES = {SweepPolicy.REDRIVE.value, SweepPolicy.GIVE_UP.value}
 
@@ -178,9 +183,43 @@ async def _sweep(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
     return ExitCode.STUCK if args.fail_on_stuck and report.stuck else ExitCode.OK
 
 
+def check_web(args: argparse.Namespace) -> None:
+    """Refuse ``web`` before connecting: without the extra, or acting without a token.
+
+    Sets ``args.token`` from ``TASKIQ_FANIN_WEB_TOKEN`` when ``--token`` is not given.
+    """
+    missing = [m for m in WEB_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(
+            f"the web page needs {' and '.join(missing)}: "
+            "pip install 'taskiq-fanin[web]'"
+        )
+    args.token = args.token or os.environ.get(TOKEN_ENV) or None
+    if args.allow_actions and not args.token:
+        raise UsageError(f"--allow-actions needs --token (or ${TOKEN_ENV})")
+
+
+async def _web(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
+    from taskiq_fanin.web import serve  # noqa: PLC0415 - only with the extra
+
+    broker = _import_broker(args.broker) if args.broker else None  # imported once
+    prefix = fanin.config.prefix
+    print(f"taskiq-fanin web: http://{args.host}:{args.port}/ (prefix {prefix!r})")
+    await serve(
+        fanin,
+        host=args.host,
+        port=args.port,
+        allow_actions=args.allow_actions,
+        token=args.token,
+        broker=broker,
+    )
+    return ExitCode.OK
+
+
 COMMANDS: dict[str, Command] = {
     "status": _status,
     "list": _list,
     "watch": _watch,
     "sweep": _sweep,
+    "web": _web,
 }

@@ -243,4 +243,28 @@ def build_parser(prog: str = "taskiq-fanin") -> argparse.ArgumentParser:
         action="store_true",
         help=f"exit {ExitCode.STUCK:d} if groups or chains are stuck",
     )
+    _add_web(command("web", "a live web page of the groups and chains"))
     return parser
+
+
+def _add_web(web: argparse.ArgumentParser) -> None:
+    """``web``'s own options (it needs the ``web`` extra)."""
+    web.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    web.add_argument("--port", type=_port, default=8000, help="port to listen on")
+    web.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="show cancel (and, with --broker, re-drive) buttons; each action "
+        "must carry the token",
+    )
+    web.add_argument(
+        "--token",
+        default=None,
+        help="the token actions need (default: $TASKIQ_FANIN_WEB_TOKEN)",
+    )
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port")
+    return int(text)

@@ -157,3 +157,29 @@ async def _record_workflows(ctx: FanInContext, report: SweepReport) -> None:
         return
     metrics.record_workflows("group", open_=groups, overdue=overdue["group"])
     metrics.record_workflows("chain", open_=chains, overdue=overdue["chain"])
+
+
+async def sweep_group(
+    ctx: FanInContext, group_id: str, *, sweep_policy: SweepPolicy | str
+) -> SweepReport:
+    """Judge one group and act on it by ``sweep_policy``, as a sweep would.
+
+    Under the sweep's lock (``skipped`` when another sweep holds it): what the
+    web page's re-drive button runs for the one group it shows.
+    """
+    override = SweepPolicy(sweep_policy)
+    lock_key = sweep_lock_key(ctx.config.prefix)
+    holder = uuid.uuid4().hex
+    lock_ms = ms(max(ctx.config.finaliser_lease, MIN_LOCK_SECONDS))
+    if not await _lock(ctx, lock_key, holder, lock_ms):
+        return SweepReport(dry_run=False, skipped=True)
+    report = SweepReport(dry_run=False, tasks_checked=known.tasks_checked(ctx))
+    try:
+        finding = await judge(ctx, group_id, override=override, dry_run=False)
+    finally:
+        await ctx.scripts.release_lock(lock_key, holder)
+    report.examined = 1
+    if finding is not None:
+        report.findings.append(finding)
+        log_finding(finding)
+    return report
