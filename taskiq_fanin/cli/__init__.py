@@ -9,7 +9,9 @@ or one JSON document with ``--json`` (``watch``: one a line, as it changes).
 import argparse
 import asyncio
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from redis.exceptions import MovedError, RedisClusterException, RedisError
@@ -39,12 +41,26 @@ async def _run(args: argparse.Namespace) -> int:
         await owner.shutdown()
 
 
+def _interruptible() -> None:
+    """SIGINT ends a command, even one started with it ignored.
+
+    A shell that starts a command in the background (a script's ``&``, a CI
+    job) hands it SIGINT ignored, and Python then raises no
+    ``KeyboardInterrupt``: ``watch`` and ``list --watch``, which run until
+    interrupted, could then be stopped by ``kill -INT`` no more.
+    """
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str = "taskiq-fanin") -> int:
     """Run one command line and return its exit code (listed by ``--help``)."""
     try:
         args = build_parser(prog).parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed
         return int(exc.code) if isinstance(exc.code, int) else ExitCode.OK
+    _interruptible()
     # The tables say what the sweep found; its warnings would say it twice.
     logging.basicConfig(
         level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
