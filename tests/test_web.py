@@ -1,7 +1,7 @@
 """``taskiq-fanin web`` in a real headless Chromium, on a real redis-server with
 a real Receiver: a group's progress reaching 100% live without a reload, a
-chain's current step moving, and a cancel refused without the token (and
-accepted with it).
+chain's current step moving, a cancel refused without the token (and
+accepted with it), and a stuck group's re-drive likewise.
 
 Members wait on an event the test sets, so the page is seen before, between
 and after their outcomes; every wait is a condition with a deadline.
@@ -16,12 +16,22 @@ from taskiq_fanin import GroupResult, Signature, chain, group
 from taskiq_fanin.inspection import chain_status, group_status
 from taskiq_fanin.models import ChainState, GroupState
 from taskiq_fanin.web import Settings
-from tests.harness import drained, eventually, stream_broker, worker
+from tests.harness import (
+    SentMessages,
+    drained,
+    eventually,
+    lossy_stream_broker,
+    overdue,
+    stream_broker,
+    worker,
+)
 from tests.web_harness import chromium, web_server
 
 #: Milliseconds the browser waits for a condition on the page.
 WAIT_MS = 20_000
 TOKEN = "s3cret-token"
+#: Seconds: a deadline short enough to pass within a test.
+SHORT = 0.3
 
 
 async def _mark(page: Page) -> None:
@@ -239,6 +249,73 @@ async def test_a_cancel_is_refused_without_the_token_and_done_with_it(
         finally:
             gate.set()  # the members end (cancelled or not) before the worker
         await drained(broker, receiver)
+
+
+async def test_a_stuck_groups_redrive_needs_the_token_and_kicks_only_the_lost(
+    redis_url: str, key_prefix: str
+) -> None:
+    """A member whose message was lost leaves its group stuck past its
+    deadline: the page offers a re-drive only with ``--allow-actions`` (and a
+    broker to kick through), refuses it without the token, and with it kicks
+    exactly the lost member again, once; the continuation then runs once."""
+    sent = SentMessages()
+    broker, fanin = lossy_stream_broker(redis_url, key_prefix, sent)
+    runs: list[int] = []
+
+    @broker.task
+    async def member(index: int) -> int:
+        runs.append(index)
+        return index
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        pass
+
+    broker.drop = {"stuck~2"}  # its kick is lost: nothing runs it
+    acting = Settings(fanin, allow_actions=True, token=TOKEN, broker=broker)
+    async with worker(broker, max_async_tasks=5) as receiver:
+        members = [Signature.of(member, i) for i in range(4)]
+        await group(members, then=then, group_id="stuck", deadline=SHORT).kiq(broker)
+
+        async def three_done() -> bool:
+            return (await group_status(fanin, "stuck")).done == 3
+
+        await eventually(three_done, what="three members")
+        await eventually(lambda: overdue(fanin, "stuck"), what="the deadline")
+        async with (
+            web_server(Settings(fanin)) as read_only,
+            web_server(acting) as url,
+            chromium() as browser,
+        ):
+            page = await browser.new_page()
+            await page.goto(f"{read_only}/groups/stuck")
+            assert await page.locator("form[action$='/redrive']").count() == 0
+
+            await page.goto(f"{url}/groups/stuck")
+            assert TOKEN not in await page.content()
+            refused = await page.request.post(f"{url}/groups/stuck/redrive")
+            assert refused.status == 401
+            assert (await group_status(fanin, "stuck")).redrives == 0
+
+            await page.fill("form[action$='/redrive'] input[name=token]", TOKEN)
+            async with page.expect_navigation() as redriven:
+                await page.click("form[action$='/redrive'] button")
+            assert (await redriven.value).ok
+
+            async def completed() -> bool:
+                found = await group_status(fanin, "stuck")
+                return found.state is GroupState.COMPLETED
+
+            await eventually(completed, what="the group completed")
+            await eventually(
+                lambda: sent.executions_of(then.task_name) == 1, what="continuation"
+            )
+        await drained(broker, receiver)
+        redrives = (await group_status(fanin, "stuck")).redrives
+
+    assert sorted(runs) == [0, 1, 2, 3]  # only the lost member ran again
+    assert sent.executions_of(then.task_name) == 1
+    assert redrives == 1
 
 
 @pytest.mark.parametrize("header", ["Bearer wrong", "Basic czNjcmV0"])
