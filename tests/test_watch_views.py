@@ -4,13 +4,16 @@ bar inside, the JSON line, and when a new line is due.
 """
 
 from dataclasses import replace
+from datetime import datetime, timezone
 
 from rich.console import Console
 
-from taskiq_fanin import MemberError
+from taskiq_fanin import ChainStatus, MemberError
 from taskiq_fanin.cli.failures import Failure, error_text
 from taskiq_fanin.cli.live_views import screen
+from taskiq_fanin.cli.output import chain_table
 from taskiq_fanin.cli.snapshots import ChainView, GroupView, changed, view_doc
+from taskiq_fanin.models import ChainState
 
 GROUP = GroupView(
     group_id="album-7",
@@ -114,3 +117,38 @@ def test_an_error_is_shown_as_type_and_message_cut_short() -> None:
     long = error_text(MemberError(type="E", message="x" * 500))
     assert len(long) == 160
     assert long.endswith("…")
+
+
+#: Member text that rich would read as markup: a stray closing tag (an error
+#: then), a style and a terminal hyperlink (member text restyling the screen).
+MARKUP = "bad [/x] in [bold red]list[/bold red] [link=http://evil.example]click[/link]"
+
+
+def test_a_failure_s_text_is_shown_as_it_is_never_read_as_markup() -> None:
+    view = replace(GROUP, failures=(Failure(3, f"ValueError: {MARKUP}"),))
+    console = Console(width=200, record=True, color_system="truecolor")
+    console.print(screen(view))
+
+    assert f"#3  ValueError: {MARKUP}" in console.export_text()
+    assert "evil.example" not in console.export_text(styles=True).replace(MARKUP, "")
+
+
+def test_a_chain_s_status_table_shows_its_error_and_names_as_they_are() -> None:
+    status = ChainStatus(
+        chain_id="c[1]",
+        state=ChainState.FAILED,
+        step=1,
+        steps=2,
+        step_names=["probe", f"step {MARKUP}"],
+        failed_step=1,
+        error=MemberError(type="RuntimeError", message=MARKUP),
+        name="[bold]named[/bold]",
+    )
+    console = Console(width=400, record=True, color_system=None)
+    console.print(chain_table(status, datetime.now(timezone.utc)))
+    text = console.export_text()
+
+    assert "Chain c[1]" in text
+    assert f"RuntimeError: {MARKUP}" in text
+    assert f"step {MARKUP}" in text
+    assert "[bold]named[/bold]" in text

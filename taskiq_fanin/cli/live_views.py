@@ -74,7 +74,7 @@ def group_lines(view: GroupView) -> RenderableType:
     failures.add_column("member", justify="right", style="red", no_wrap=True)
     failures.add_column("error", overflow="ellipsis", no_wrap=True)
     for failure in view.failures:
-        failures.add_row(f"#{failure.index}", failure.error)
+        failures.add_row(f"#{failure.index}", Text(failure.error))
     return Group(line, counts, failures)
 
 

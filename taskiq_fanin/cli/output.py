@@ -9,6 +9,7 @@ from typing import Any
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from taskiq_fanin.domain.results import (
     ChainState,
@@ -37,6 +38,26 @@ def print_table(table: RenderableType) -> None:
         width = console.measure(table, options=unbounded).maximum
         console.width = max(console.width, width)
     console.print(table)
+
+
+def add_literal_row(table: Table, *cells: object) -> None:
+    """A row whose text is shown as it is, never read as rich markup.
+
+    An error, a name or an id may hold ``[...]``, which rich would fail on or
+    restyle (a member's error turned into a terminal hyperlink).
+    """
+    table.add_row(
+        *(cell if isinstance(cell, Text) else _literal(cell) for cell in cells)
+    )
+
+
+def _literal(value: object) -> Text:
+    return Text("" if value is None else str(value))
+
+
+def _title(text: str) -> Text:
+    """A table's title, shown as it is (an id may hold ``[``), in its style."""
+    return Text(text, style="table.title")
 
 
 def status_doc(status: GroupStatus, now: datetime) -> dict[str, Any]:
@@ -94,7 +115,9 @@ def _members(indexes: list[int]) -> str:
 
 def status_table(status: GroupStatus, now: datetime) -> Table:
     """One group, a row per field."""
-    table = Table(title=f"Group {status.group_id}", show_header=False, box=box.SIMPLE)
+    table = Table(
+        title=_title(f"Group {status.group_id}"), show_header=False, box=box.SIMPLE
+    )
     table.add_column(style="bold")
     table.add_column()
     overdue = _overdue_by(status, now)
@@ -120,7 +143,7 @@ def status_table(status: GroupStatus, now: datetime) -> Table:
         ("age", _duration(status.age_seconds(now))),
         ("policies (failure, sweep)", ", ".join(policies) or "-"),
     ):
-        table.add_row(name, str(value))
+        add_literal_row(table, name, str(value))
     return table
 
 
@@ -155,7 +178,9 @@ def _step_state(status: ChainStatus, index: int) -> str:
 
 def chain_table(status: ChainStatus, now: datetime) -> RenderableType:
     """One chain: a row per field, then a row per step, the current one marked."""
-    fields = Table(title=f"Chain {status.chain_id}", show_header=False, box=box.SIMPLE)
+    fields = Table(
+        title=_title(f"Chain {status.chain_id}"), show_header=False, box=box.SIMPLE
+    )
     fields.add_column(style="bold")
     fields.add_column()
     where = _step(status, status.step)
@@ -180,7 +205,7 @@ def chain_table(status: ChainStatus, now: datetime) -> RenderableType:
     if status.name is not None:
         rows.append(("name", status.name))
     for name, value in rows:
-        fields.add_row(name, value)
+        add_literal_row(fields, name, value)
     steps = Table(box=box.SIMPLE_HEAD)
     steps.add_column("", no_wrap=True)  # the marker of the current step
     steps.add_column("#", justify="right")
@@ -189,19 +214,20 @@ def chain_table(status: ChainStatus, now: datetime) -> RenderableType:
     for index, name in enumerate(status.step_names):
         state = _step_state(status, index)
         marker = ">" if state == "current" else ""
-        steps.add_row(marker, str(index + 1), name, state)
+        add_literal_row(steps, marker, str(index + 1), name, state)
     return Group(fields, steps)
 
 
 def list_table(statuses: list[GroupStatus], now: datetime, title: str) -> Table:
     """Groups, a row each."""
-    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table = Table(title=_title(title), box=box.SIMPLE_HEAD)
     table.add_column("group", no_wrap=True)  # whole, to be copied
     table.add_column("state")
     for header in ("done/failed/total", "pending", "age", "overdue"):
         table.add_column(header, justify="right")
     for status in statuses:
-        table.add_row(
+        add_literal_row(
+            table,
             status.group_id,
             status.state.value,
             f"{status.done}/{status.failed}/{status.total}",
@@ -214,7 +240,7 @@ def list_table(statuses: list[GroupStatus], now: datetime, title: str) -> Table:
 
 def chain_list_table(statuses: list[ChainStatus], now: datetime, title: str) -> Table:
     """Chains, a row each, at the step each is at (counted from 1)."""
-    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table = Table(title=_title(title), box=box.SIMPLE_HEAD)
     table.add_column("chain", no_wrap=True)  # whole, to be copied
     table.add_column("state")
     table.add_column("step")
@@ -226,7 +252,8 @@ def chain_list_table(statuses: list[ChainStatus], now: datetime, title: str) -> 
         late = ""
         if status.due is not None and status.overdue(now):
             late = _duration((now - status.due).total_seconds())
-        table.add_row(
+        add_literal_row(
+            table,
             status.chain_id,
             status.state.value,
             _step(status, status.step),
@@ -240,11 +267,11 @@ def chain_list_table(statuses: list[ChainStatus], now: datetime, title: str) -> 
 def versions_table(statuses: list[ChainStatus], title: str) -> Table:
     """How many of the chains listed run each version: may an old one go?"""
     counted = Counter(status.version or "-" for status in statuses)
-    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table = Table(title=_title(title), box=box.SIMPLE_HEAD)
     table.add_column("version")
     table.add_column("chains", justify="right")
     for version, number in sorted(counted.items()):
-        table.add_row(version, str(number))
+        add_literal_row(table, version, str(number))
     return table
 
 
@@ -263,7 +290,8 @@ def sweep_table(findings: list[Finding], dry_run: bool) -> Table:
             action = f"would {action}"
         elif not finding.applied:
             action = f"{action} (not applied)"
-        table.add_row(
+        add_literal_row(
+            table,
             finding.group_id,
             finding.kind.value,
             action,
