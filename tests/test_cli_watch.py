@@ -327,6 +327,32 @@ async def test_a_reader_that_stops_reading_ends_the_watch_quietly(rig: Rig) -> N
     assert (code, errors) == (0, b"")
 
 
+@pytest.mark.parametrize(
+    "args", [("status", "{id}", "--json"), ("list", "--json"), ("status", "{id}")]
+)
+async def test_any_command_whose_reader_is_gone_ends_quietly(
+    rig: Rig, args: tuple[str, ...]
+) -> None:
+    """``taskiq-fanin list --json | head -1``: a reader gone before the output
+    is written ends the command with 0 and nothing on stderr, not as if Redis
+    were away (4). Its read end is closed before the command has started."""
+    group_id = await rig.plan()
+    command = rig.command(*(arg.format(id=group_id) for arg in args))
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # nothing will read what it prints
+    try:
+        _, errors = await asyncio.to_thread(process.communicate, None, BOUND)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+    assert (process.returncode, errors) == (0, b"")
+
+
 async def test_watch_without_redis_exits_4_in_one_line() -> None:
     nowhere = f"redis://127.0.0.1:{free_port()}/0"
 

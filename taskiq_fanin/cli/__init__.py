@@ -18,6 +18,7 @@ from redis.exceptions import MovedError, RedisClusterException, RedisError
 from taskiq.abc.cmd import TaskiqCMD
 
 from taskiq_fanin.cli.commands import COMMANDS, check_web, open_target
+from taskiq_fanin.cli.output import ReaderGoneError
 from taskiq_fanin.cli.parser import (
     ExitCode,
     NotFoundError,
@@ -69,6 +70,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "taskiq-fanin") -> in
         return int(asyncio.run(_run(args)))
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    except ReaderGoneError:  # ``... | head``: it read what it wanted
+        return ExitCode.OK
     except (
         NotFoundError,
         UsageError,

@@ -24,6 +24,7 @@ from taskiq_fanin.cli.output import (
     list_table,
     print_json,
     print_table,
+    print_text,
     status_doc,
     status_table,
     sweep_summary,
@@ -179,7 +180,7 @@ async def _sweep(fanin: FanInMiddleware, args: argparse.Namespace) -> int:
     else:
         if report.findings:
             print_table(sweep_table(report.findings, dry_run))
-        print(sweep_summary(report, fanin.config.prefix))
+        print_text(sweep_summary(report, fanin.config.prefix))
     return ExitCode.STUCK if args.fail_on_stuck and report.stuck else ExitCode.OK
 
 

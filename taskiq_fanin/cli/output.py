@@ -1,8 +1,11 @@
 """What the commands print: rich tables for people, one JSON document for tools."""
 
+import contextlib
 import json
+import os
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -25,19 +28,59 @@ from taskiq_fanin.sweep.report import Finding, SweepReport
 SHOWN_RUNS = 6
 
 
+class ReaderGoneError(Exception):
+    """The pipe's reader stopped reading (``... --json | head -1``)."""
+
+
+@contextlib.contextmanager
+def to_stdout() -> Iterator[None]:
+    """Writes to stdout; a reader gone raises ``ReaderGoneError``, quietly.
+
+    Nothing more is read, so stdout goes nowhere from then on: the flush at
+    exit does not fail too, and the command ends as ``head`` asked.
+    """
+    try:
+        yield
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise ReaderGoneError from None
+
+
+class StdoutConsole(Console):
+    """rich's console on stdout, which says so when the pipe's reader is gone.
+
+    rich's own exits with 1 then (``SystemExit``): an error to a script, where
+    ``| head`` only read what it wanted.
+    """
+
+    def on_broken_pipe(self) -> None:
+        """The reader is gone: nothing more is written, and the command ends."""
+        self.quiet = True
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise ReaderGoneError
+
+
 def print_json(document: object) -> None:
     """Print one JSON document."""
-    print(json.dumps(document, indent=2))
+    with to_stdout():
+        print(json.dumps(document, indent=2), flush=True)
+
+
+def print_text(line: str) -> None:
+    """Print a line of text."""
+    with to_stdout():
+        print(line, flush=True)
 
 
 def print_table(table: RenderableType) -> None:
     """Print a table (or tables); piped, one line per row however wide."""
-    console = Console()
+    console = StdoutConsole()
     if not console.is_terminal:  # a pipe, a file, cron's mail: one line per row
         unbounded = console.options.update_width(sys.maxsize)
         width = console.measure(table, options=unbounded).maximum
         console.width = max(console.width, width)
-    console.print(table)
+    with to_stdout():
+        console.print(table)
 
 
 def add_literal_row(table: Table, *cells: object) -> None:

@@ -8,17 +8,21 @@ by itself once the group or the chain has ended; ``list --watch`` at Ctrl-C.
 
 import asyncio
 import json
-import os
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from rich.console import Console, RenderableType
+from rich.console import RenderableType
 from rich.live import Live
 
 from taskiq_fanin.cli.failures import LatestFailures
 from taskiq_fanin.cli.live_views import screen
+from taskiq_fanin.cli.output import (
+    ReaderGoneError,
+    StdoutConsole,
+    print_text,
+    to_stdout,
+)
 from taskiq_fanin.cli.parser import ExitCode, NotFoundError
 from taskiq_fanin.cli.snapshots import View, changed, read_view, view_doc
 from taskiq_fanin.domain.results import GroupState
@@ -30,19 +34,9 @@ SETTLE_SECONDS = 5.0
 Read = Callable[[], Awaitable[tuple[Any, RenderableType]]]
 
 
-class ReaderGoneError(Exception):
-    """The pipe's reader stopped reading (``watch --json | head -1``)."""
-
-
 def print_line(document: object) -> None:
     """One JSON object on one line, flushed at once: a pipe sees it now."""
-    try:
-        print(json.dumps(document, separators=(",", ":")), flush=True)
-    except BrokenPipeError:
-        # Nothing more is read: stdout goes nowhere, so that the flush at
-        # exit does not fail too, and the watch ends as ``head`` asked.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise ReaderGoneError from None
+    print_text(json.dumps(document, separators=(",", ":")))
 
 
 async def watch(
@@ -96,7 +90,10 @@ async def _live(
     read: Callable[[], Awaitable[View]], view: View, interval: float
 ) -> None:
     """The view redrawn in place after each read; the last stays on the screen."""
-    with Live(screen(view), console=Console(), auto_refresh=False) as live:
+    with (
+        to_stdout(),
+        Live(screen(view), console=StdoutConsole(), auto_refresh=False) as live,
+    ):
         while not view.ended:
             await asyncio.sleep(interval)
             view = await _reread(read, view)
@@ -134,7 +131,7 @@ async def watch_list(read: Read, *, interval: float, as_json: bool) -> int:
                 last = _ageless(document)
             await asyncio.sleep(interval)
             document, drawn = await read()
-    with Live(drawn, console=Console(), auto_refresh=False) as live:
+    with to_stdout(), Live(drawn, console=StdoutConsole(), auto_refresh=False) as live:
         while True:
             await asyncio.sleep(interval)
             document, drawn = await read()
