@@ -313,7 +313,11 @@ async def test_a_chain_reports_its_steps_and_its_group_step_progress(
     assert midway.state is ChainState.RUNNING
     assert midway.group is not None
     assert midway.group.total == 4
-    assert [(o.step, o.state) for o in seen] == [(1, "done"), (2, "done"), (3, "done")]
+    assert [(o.step, o.name, o.state) for o in seen] == [
+        (1, fetch.task_name, "done"),
+        (2, "group of 4", "done"),
+        (3, publish.task_name, "done"),
+    ]
     assert final.ended
     assert final.step == 3
     assert final.state is ChainState.DONE
@@ -330,10 +334,19 @@ async def test_missing_ids_and_bad_cursors_are_refused(
             await _read_all(group_handle(broker, "nothing").outcomes())
         with pytest.raises(ChainNotFoundError):
             await _read_all(chain_handle(broker, "nothing").outcomes())
-        with pytest.raises(InvalidOptionError):  # at the call, before any read
-            group_handle(broker, "nothing").outcomes(after="x")
-        with pytest.raises(InvalidOptionError):
-            chain_handle(broker, "nothing").outcomes(after="1-0")
+        # At the call, before any read: what is no stream id, or one past the
+        # largest Redis has (64-bit parts, and an id after it to read from).
+        for cursor in ("x", "99999999999999999999-0", f"1-{2**64 - 1}", "١-٢"):
+            with pytest.raises(InvalidOptionError):
+                group_handle(broker, "nothing").outcomes(after=cursor)
+        for cursor in ("1-0", "²", "-1"):
+            with pytest.raises(InvalidOptionError):
+                chain_handle(broker, "nothing").outcomes(after=cursor)
+        # The largest cursor Redis could give is taken, and reads nothing.
+        with pytest.raises(GroupNotFoundError):
+            await _read_all(
+                group_handle(broker, "nothing").outcomes(after=f"{2**64 - 1}-0")
+            )
         missing = await progress(broker, "nothing")
         assert missing.state is GroupState.MISSING
         assert not missing.percent

@@ -17,7 +17,6 @@ from taskiq_fanin.domain.exceptions import (
     shown,
 )
 from taskiq_fanin.domain.results import ChainState, ChainStatus
-from taskiq_fanin.domain.spec import GROUP_STEP_NAME
 from taskiq_fanin.domain.watching import (
     ENDED_CHAIN_STATES,
     ChainProgress,
@@ -73,7 +72,7 @@ def step_outcome(status: ChainStatus, index: int) -> StepOutcome:
     last = index == ended_steps(status) - 1
     return StepOutcome(
         step=index + 1,
-        name=GROUP_STEP_NAME if name.startswith(GROUP_STEP_NAME) else name,
+        name=name,
         state=state,
         error=error,
         cursor=str(index + 1),
@@ -85,7 +84,7 @@ def checked_step_cursor(after: str | None) -> int:
     """A reader's ``after=``: a step's cursor (its number), or ``None``."""
     if after is None:
         return 0
-    if not isinstance(after, str) or not after.isdigit():
+    if not isinstance(after, str) or not (after.isascii() and after.isdigit()):
         raise InvalidOptionError(
             name="after",
             value=shown(after),

@@ -124,6 +124,7 @@ class StepOutcome(BaseModel):
 
     #: The step, counted from 1.
     step: int
+    #: Its task's name, or ``group of N`` for a group step (as ``step_names``).
     name: str
     state: OutcomeState
     error: MemberError | None = None

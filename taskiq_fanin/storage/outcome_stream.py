@@ -16,7 +16,9 @@ from taskiq_fanin.transport.client import RedisClient
 
 #: Where a reader that starts from the beginning starts: before every entry.
 START = "0-0"
-_CURSOR = re.compile(r"\d{1,20}-\d{1,20}")
+_CURSOR = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+#: A stream id's parts are unsigned 64-bit numbers.
+_ID_PART_MAX = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -39,13 +41,21 @@ def checked_cursor(cursor: str | None) -> str:
     """A reader's ``after=``: a cursor an outcome gave, or ``None`` (the start)."""
     if cursor is None:
         return START
-    if not isinstance(cursor, str) or not _CURSOR.fullmatch(cursor):
+    if not isinstance(cursor, str) or not _is_stream_id(cursor):
         raise InvalidOptionError(
             name="after",
             value=shown(cursor),
             reason="a cursor an outcome gave (its .cursor), or None for the start",
         )
     return cursor
+
+
+def _is_stream_id(cursor: str) -> bool:
+    """``<ms>-<seq>`` as Redis writes it, with an id after it (``_next``)."""
+    if not _CURSOR.fullmatch(cursor):
+        return False
+    millis, _, sequence = cursor.partition("-")
+    return int(millis) <= _ID_PART_MAX and int(sequence) < _ID_PART_MAX
 
 
 def _text(value: Any) -> str:
