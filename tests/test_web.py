@@ -318,6 +318,55 @@ async def test_a_stuck_groups_redrive_needs_the_token_and_kicks_only_the_lost(
     assert redrives == 1
 
 
+async def test_a_group_gone_bad_ids_bad_cursors_and_an_empty_group(
+    redis_url: str, key_prefix: str
+) -> None:
+    """A group gone from Redis (expired) while its page is open ends the page's
+    stream: the page stops asking, not reconnecting every second. A bad id's
+    stream is a 404 before it starts; a cursor no outcome gave is a 400; an
+    empty group that ended is 100%, as ``progress()`` and ``watch`` say."""
+    broker, fanin = stream_broker(redis_url, key_prefix)
+
+    @broker.task
+    async def member(number: int) -> int:
+        return number
+
+    @broker.task
+    async def then(result: GroupResult) -> None:
+        pass
+
+    await broker.startup()  # no worker: the group stays open
+    try:
+        await group([Signature.of(member, 1)], then=then, group_id="gone").kiq(broker)
+        await group([], then=then, group_id="empty").kiq(broker)
+        async with web_server(Settings(fanin)) as url, chromium() as browser:
+            page = await browser.new_page()
+            await page.goto(f"{url}/groups/gone")
+            await page.wait_for_function("source.readyState === 1", timeout=WAIT_MS)
+            await fanin.context.redis.delete(f"{key_prefix}:{{gone}}:meta")
+            await page.wait_for_function(
+                "document.getElementById('state').textContent === 'missing'",
+                timeout=WAIT_MS,
+            )
+            # Closed by the page itself (a stream that just ended would be
+            # CONNECTING again, 0): EventSource.CLOSED.
+            await page.wait_for_function("source.readyState === 2", timeout=WAIT_MS)
+
+            bad_id = await page.request.get(f"{url}/groups/bad%20id/events")
+            assert bad_id.status == 404
+            bad_cursor = await page.request.get(
+                f"{url}/groups/empty?after=99999999999999999999-0"
+            )
+            assert bad_cursor.status == 400
+            assert "after" in await bad_cursor.text()
+
+            await page.goto(f"{url}/groups/empty")
+            assert await page.text_content("#count") == "0/0"
+            assert await page.text_content("#percent") == "100.0%"
+    finally:
+        await broker.shutdown()
+
+
 @pytest.mark.parametrize("header", ["Bearer wrong", "Basic czNjcmV0"])
 async def test_an_action_with_a_bad_authorization_header_is_refused(
     redis_url: str, key_prefix: str, header: str

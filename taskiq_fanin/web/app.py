@@ -19,7 +19,8 @@ from taskiq_fanin.api.broker import context_of
 from taskiq_fanin.api.control import Kind as IdKind
 from taskiq_fanin.api.control import cancel, chain_status, group_status, resolve
 from taskiq_fanin.api.groups import group_handle
-from taskiq_fanin.domain.exceptions import FanInError
+from taskiq_fanin.domain.exceptions import FanInError, InvalidOptionError
+from taskiq_fanin.domain.ids import validate_lookup_id
 from taskiq_fanin.domain.results import ChainState, GroupState, SweepPolicy
 from taskiq_fanin.sweep.run import sweep_group
 from taskiq_fanin.web import queries
@@ -140,7 +141,9 @@ async def events_of_group(request: Request) -> Response:
     """The group's progress as server-sent events."""
     settings = _settings(request)
     fanin = settings.fanin
-    stream = group_events(fanin, request.path_params["group_id"])
+    # A bad id is refused (404) before the stream starts: not inside it.
+    group_id = validate_lookup_id(request.path_params["group_id"])
+    stream = group_events(fanin, group_id)
     return Streaming(stream, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
@@ -148,7 +151,7 @@ async def events_of_chain(request: Request) -> Response:
     """The chain's step as server-sent events."""
     settings = _settings(request)
     fanin = settings.fanin
-    stream = chain_events(fanin, request.path_params["chain_id"])
+    stream = chain_events(fanin, validate_lookup_id(request.path_params["chain_id"]))
     return Streaming(stream, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
@@ -202,6 +205,11 @@ async def bad_id(request: Request, exc: Exception) -> Response:
     return _html(message_page("Not found", str(exc)), 404)
 
 
+async def bad_request(request: Request, exc: Exception) -> Response:
+    """A query the page cannot read (a cursor no outcome gave): 400."""
+    return _html(message_page("Bad request", str(exc)), 400)
+
+
 async def redis_away(request: Request, exc: Exception) -> Response:
     """Redis did not answer: 503."""
     return _html(message_page("Redis", f"Redis: {exc}"), 503)
@@ -221,6 +229,7 @@ def build_app(settings: Settings) -> Starlette:
         ],
         exception_handlers={
             ActionRefusedError: refused,
+            InvalidOptionError: bad_request,
             FanInError: bad_id,
             RedisError: redis_away,
         },

@@ -17,7 +17,7 @@ from taskiq_fanin.domain.results import (
     GroupStatus,
     MemberError,
 )
-from taskiq_fanin.domain.watching import GroupProgress
+from taskiq_fanin.domain.watching import ENDED_GROUP_STATES, GroupProgress
 from taskiq_fanin.web.queries import Listing
 
 STYLE = """
@@ -81,7 +81,11 @@ class Progress:
 def progress_doc(status: GroupStatus | GroupProgress) -> Progress:
     """The group's progress as its page shows it (pace only from a progress)."""
     count = status.done + status.failed + status.skipped + status.lost
-    percent = 100.0 * min(count, status.total) / status.total if status.total else 0.0
+    if status.total:
+        percent = 100.0 * min(count, status.total) / status.total
+    else:  # an empty group: all there is has ended once it did (as progress())
+        ended = status.state in ENDED_GROUP_STATES - {GroupState.MISSING}
+        percent = 100.0 if ended else 0.0
     rate = eta = in_flight = None
     if isinstance(status, GroupProgress):
         rate, eta, in_flight = status.rate, status.eta_seconds, status.in_flight

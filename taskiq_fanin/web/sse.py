@@ -58,8 +58,10 @@ def group_events(fanin: FanInMiddleware, group_id: str) -> AsyncIterator[str]:
 
     async def read() -> tuple[dict[str, Any], bool]:
         status = await group_handle(fanin, group_id).progress()
-        doc = progress_doc(status)
-        return asdict(doc), doc.over or status.state is GroupState.MISSING
+        doc = asdict(progress_doc(status))
+        # Gone (expired, deleted): over too, so that the page stops asking.
+        doc["over"] = doc["over"] or status.state is GroupState.MISSING
+        return doc, doc["over"]
 
     return _changes(read, "progress")
 
@@ -69,7 +71,8 @@ def chain_events(fanin: FanInMiddleware, chain_id: str) -> AsyncIterator[str]:
 
     async def read() -> tuple[dict[str, Any], bool]:
         status = await chain_status(fanin, chain_id)
-        doc = chain_doc(status)
-        return asdict(doc), doc.over or status.state is ChainState.MISSING
+        doc = asdict(chain_doc(status))
+        doc["over"] = doc["over"] or status.state is ChainState.MISSING
+        return doc, doc["over"]
 
     return _changes(read, "step")
