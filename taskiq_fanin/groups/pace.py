@@ -2,9 +2,9 @@
 
 The counts are its status's (the meta); the pace is read off the tail of its
 outcome stream, whose ids are the times Redis recorded each outcome: the
-latest :data:`SAMPLE` of them, those of the last :data:`RATE_SECONDS`. O(1)
-in the group's size. With no stream (``outcome_stream_max=0``) the pace is
-the average since the group was planned.
+latest :data:`SAMPLE` of them, those of the last :data:`RATE_SECONDS` (or
+since the group was planned, if sooner). O(1) in the group's size. With no
+stream (``outcome_stream_max=0``) the pace is the average since planning.
 """
 
 from taskiq_fanin.context import FanInContext
@@ -62,21 +62,31 @@ def progress_of(status: GroupStatus, times_ms: list[int]) -> GroupProgress:
 
 
 def _rate(status: GroupStatus, times_ms: list[int]) -> float | None:
-    """Outcomes a second lately (``None`` while too few ended to tell)."""
+    """Outcomes a second lately (``None`` while too few ended to tell).
+
+    Over the last :data:`RATE_SECONDS`, or since the group was planned when
+    that is sooner (a young group's members took that long to end, so its
+    first outcomes count over it, not over their own instant). When even the
+    latest :data:`SAMPLE` outcomes are all that recent, over the time since
+    the oldest of them.
+    """
     outcomes = status.done + status.failed + status.skipped
     now = status.read_at
     if outcomes < FEWEST or now is None:
         return None
     now_ms = now.timestamp() * 1000
+    created_ms = None if status.created is None else status.created.timestamp() * 1000
     if not times_ms:  # no stream kept: the average since planning
-        if status.created is None:
+        if created_ms is None:
             return None
-        since = max(now_ms - status.created.timestamp() * 1000, 1.0)
-        return round(outcomes * 1000 / since, 3)
+        return round(outcomes * 1000 / max(now_ms - created_ms, 1.0), 3)
     cutoff = now_ms - RATE_SECONDS * 1000
     recent = [at for at in times_ms if at >= cutoff]
-    if len(recent) < len(times_ms):
-        span = RATE_SECONDS * 1000  # the stream goes back past the look-back
-    else:  # every sampled outcome is recent: since the oldest of them
-        span = max(now_ms - min(recent), 1.0)
-    return round(len(recent) * 1000 / span, 3)
+    if len(recent) < len(times_ms):  # the stream goes back past the look-back
+        count, span = len(recent), RATE_SECONDS * 1000
+    elif len(times_ms) < SAMPLE:  # every outcome kept is recent
+        start = cutoff if created_ms is None else max(cutoff, created_ms)
+        count, span = len(recent), now_ms - start
+    else:  # a full sample, all recent: the outcomes after its oldest one
+        count, span = len(recent) - 1, now_ms - min(recent)
+    return round(count * 1000 / max(span, 1.0), 3)
