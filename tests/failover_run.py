@@ -48,6 +48,8 @@ RECOVERY = 40.0
 DEAD_HOLD_MS = 3000
 #: How long a member, a chain step takes (``tests.failover_tasks``).
 PACE = {"MEMBER_SECONDS": "0.05", "STEP_SECONDS": "0.3"}
+#: taskiq's ``--shutdown-timeout`` for the workers (seconds): the apps' retry_for.
+SHUTDOWN_TIMEOUT = 30.0
 
 
 @dataclasses.dataclass
@@ -81,8 +83,16 @@ class Run:
     @contextmanager
     def worker(self, name: str) -> Iterator[None]:
         app = f"{self.app.__name__}:broker"
+        # A worker whose read of the queue meets the killed primary is shut
+        # down by taskiq with bodies still running: time for the middleware to
+        # record what ended once Redis is back (its retry_for), as a user
+        # riding out a failover would give it.
         with worker_process(
-            app, self.env, max_async_tasks=20, log=self.logs / f"{name}.log"
+            app,
+            self.env,
+            max_async_tasks=20,
+            log=self.logs / f"{name}.log",
+            shutdown_timeout=SHUTDOWN_TIMEOUT,
         ):
             yield
 

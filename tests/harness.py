@@ -281,18 +281,21 @@ def worker_process(
     *,
     max_async_tasks: int = 10,
     log: Path | None = None,
+    shutdown_timeout: float = 1.0,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A real ``taskiq worker`` process for ``app`` (``module:broker``).
 
     It runs in its own process group, and is stopped for certain: ``taskiq
     worker`` can hang on SIGTERM, so SIGKILL follows a short grace. With ``log``,
     its output (both streams) is appended to that file, to be read afterwards.
+    ``shutdown_timeout``: taskiq's ``--shutdown-timeout``, the longest its
+    broker's shutdown (the middleware's recording what ended) may take.
     """
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     with TaskiqWorker(
         app,
         max_async_tasks=max_async_tasks,
-        options=("--shutdown-timeout", "1"),
+        options=("--shutdown-timeout", str(shutdown_timeout)),
         cwd=ROOT,
         env=environment,
         log_path=log,

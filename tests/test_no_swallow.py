@@ -114,3 +114,38 @@ async def test_a_hook_after_shutdown_raises_rather_than_do_nothing() -> None:
             await fanin.post_execute(plain, done)
         finally:
             await client.aclose()
+
+
+async def test_a_shutdown_waits_for_the_ends_being_recorded() -> None:
+    """taskiq shuts the broker down with tasks still running when its listener
+    fails: a body that has ended is left its recording (here held up by a
+    paused Redis) before the connection closes, rather than cut off, its
+    message then coming back to run again."""
+    with RedisServer() as server:
+        client = Redis(host=server.host, port=server.port)
+        admin = Redis(host=server.host, port=server.port)
+        fanin = FanInMiddleware(client, prefix="shut", retry_for=10.0)
+        broker = InMemoryBroker().with_middlewares(fanin)
+        await broker.startup()
+        member = message(**{MEMBER_LABEL: "g/0/tok"})
+        await fanin.pre_execute(member)
+        done = TaskiqResult(is_err=False, return_value=1, execution_time=0.0)
+        order: list[str] = []
+        try:
+            await admin.execute_command("CLIENT", "PAUSE", 1000, "WRITE")
+            recording = asyncio.create_task(fanin.post_execute(member, done))
+            recording.add_done_callback(lambda _: order.append("recorded"))
+            runs = fanin._runs
+            assert runs is not None
+            deadline = time.monotonic() + 10
+            while runs.recording == 0:  # its script call is on its way
+                assert time.monotonic() < deadline, "the recording never began"
+                await asyncio.sleep(0.01)
+            await broker.shutdown()
+            order.append("shut down")
+            await recording  # it raised nothing
+        finally:
+            await admin.aclose()
+            await client.aclose()
+
+    assert order == ["recorded", "shut down"]

@@ -9,6 +9,8 @@ Redis is away, then raised so that the message stays unacknowledged and comes
 back.
 """
 
+import asyncio
+
 from taskiq import AsyncBroker
 
 from taskiq_fanin.chains import chain_validation, launch, saga, tasks
@@ -67,6 +69,10 @@ class Runs:
         self._running = RunningMembers(ctx.outcomes, prefix=ctx.config.prefix)
         #: The run leases of the bodies running here, renewed while they run.
         self._leases = RunLeases()
+        #: Runs whose body ended and whose end is being recorded (``settle``).
+        self._recording = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
 
     async def starting(self, event: RunStarting) -> bool:
         """Whether the body may run (``False``: skip it: done, or cancelled).
@@ -117,6 +123,8 @@ class Runs:
         if member is None and not EndedRun.applies(message.labels):
             return  # a plain task: nothing to record
         ended = EndedRun(self.ctx, event, member, began_as=began_as)
+        self._recording += 1
+        self._settled.clear()
         try:
             await retrying(
                 ended.record,
@@ -125,3 +133,29 @@ class Runs:
             )
         finally:
             self._running.ended(message)
+            self._recording -= 1
+            if not self._recording:
+                self._settled.set()
+
+    @property
+    def recording(self) -> int:
+        """How many runs here are recording their end right now."""
+        return self._recording
+
+    async def settle(self, timeout: float) -> int:
+        """Wait, at most ``timeout`` seconds, for the ends being recorded.
+
+        taskiq shuts the broker down without waiting for the tasks still
+        running when its listener fails (a read of the queue meeting a primary
+        that died): a body that has ended is left its recording (retried while
+        Redis is away), rather than cut off to run again. Bodies still running
+        are not waited for. Returns how many were still recording.
+        """
+        if self._recording:
+            waiting = asyncio.ensure_future(self._settled.wait())
+            try:
+                # Not wait_for: on Python < 3.12 it can swallow a cancel.
+                await asyncio.wait({waiting}, timeout=timeout)
+            finally:
+                waiting.cancel()
+        return self._recording

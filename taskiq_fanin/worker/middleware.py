@@ -110,10 +110,26 @@ class FanInMiddleware(TaskiqMiddleware):
                 self._heartbeat.start(self._runs.ctx, self.broker)
 
     async def shutdown(self) -> None:
-        """Close the connection this middleware opened (never a caller's client)."""
+        """Close the connection this middleware opened (never a caller's client).
+
+        First the ends of bodies being recorded are waited for, up to
+        ``retry_for`` (and taskiq's ``--shutdown-timeout``, which bounds the
+        whole shutdown): those left are recorded by their redelivery instead.
+        """
         await self._heartbeat.stop()
-        runs, self._runs = self._runs, None
-        if runs is not None:
+        runs = self._runs
+        if runs is None:
+            return
+        try:
+            left = await runs.settle(self.config.retry_for)
+            if left:
+                logger.warning(
+                    "FanInMiddleware shut down with %d run end(s) not recorded: "
+                    "their messages stay unacknowledged to come back",
+                    left,
+                )
+        finally:
+            self._runs = None
             await runs.ctx.close()
 
     @property
