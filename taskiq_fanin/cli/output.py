@@ -32,18 +32,23 @@ class ReaderGoneError(Exception):
     """The pipe's reader stopped reading (``... --json | head -1``)."""
 
 
+def _reader_gone() -> ReaderGoneError:
+    """The reader is gone: stdout goes nowhere from now on.
+
+    So the flush at exit does not fail too, and the command ends as ``head``
+    asked.
+    """
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return ReaderGoneError()
+
+
 @contextlib.contextmanager
 def to_stdout() -> Iterator[None]:
-    """Writes to stdout; a reader gone raises ``ReaderGoneError``, quietly.
-
-    Nothing more is read, so stdout goes nowhere from then on: the flush at
-    exit does not fail too, and the command ends as ``head`` asked.
-    """
+    """Plain writes to stdout; a reader gone raises ``ReaderGoneError``."""
     try:
         yield
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise ReaderGoneError from None
+        raise _reader_gone() from None
 
 
 class StdoutConsole(Console):
@@ -56,8 +61,7 @@ class StdoutConsole(Console):
     def on_broken_pipe(self) -> None:
         """The reader is gone: nothing more is written, and the command ends."""
         self.quiet = True
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise ReaderGoneError
+        raise _reader_gone()
 
 
 def print_json(document: object) -> None:
@@ -79,8 +83,7 @@ def print_table(table: RenderableType) -> None:
         unbounded = console.options.update_width(sys.maxsize)
         width = console.measure(table, options=unbounded).maximum
         console.width = max(console.width, width)
-    with to_stdout():
-        console.print(table)
+    console.print(table)  # a reader gone: ``on_broken_pipe``
 
 
 def add_literal_row(table: Table, *cells: object) -> None:
