@@ -17,7 +17,12 @@ from rich.live import Live
 
 from taskiq_fanin.cli.failures import LatestFailures
 from taskiq_fanin.cli.live_views import screen
-from taskiq_fanin.cli.output import ReaderGoneError, StdoutConsole, print_text
+from taskiq_fanin.cli.output import (
+    ReaderGoneError,
+    StdoutConsole,
+    print_text,
+    to_stdout,
+)
 from taskiq_fanin.cli.parser import ExitCode, NotFoundError
 from taskiq_fanin.cli.snapshots import View, changed, read_view, view_doc
 from taskiq_fanin.domain.results import GroupState
@@ -85,7 +90,10 @@ async def _live(
     read: Callable[[], Awaitable[View]], view: View, interval: float
 ) -> None:
     """The view redrawn in place after each read; the last stays on the screen."""
-    with Live(screen(view), console=StdoutConsole(), auto_refresh=False) as live:
+    with (
+        to_stdout(),
+        Live(screen(view), console=StdoutConsole(), auto_refresh=False) as live,
+    ):
         while not view.ended:
             await asyncio.sleep(interval)
             view = await _reread(read, view)
@@ -123,7 +131,7 @@ async def watch_list(read: Read, *, interval: float, as_json: bool) -> int:
                 last = _ageless(document)
             await asyncio.sleep(interval)
             document, drawn = await read()
-    with Live(drawn, console=StdoutConsole(), auto_refresh=False) as live:
+    with to_stdout(), Live(drawn, console=StdoutConsole(), auto_refresh=False) as live:
         while True:
             await asyncio.sleep(interval)
             document, drawn = await read()
