@@ -115,8 +115,17 @@ class KillSwitch(TaskiqMiddleware):
     message (``KILL_ON``), or just after it sent it (``KILL_AFTER``).
 
     Only in a worker process, and once: the first worker that gets there takes
-    the flag on the observation server, so a redelivery runs normally.
+    the flag on the observation server, so a redelivery runs normally. For
+    ``KILL_AFTER`` the flag is taken before the send and the kill follows the
+    send at once: a round trip between the two would let this worker's own
+    listener read the message and begin its body first (it then ran in the
+    worker that died, and ran again once its run lease ran out).
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: The task id this worker dies right after sending, once sent.
+        self._dies_after: str | None = None
 
     @staticmethod
     def _chosen(choice: str, message: TaskiqMessage) -> bool:
@@ -130,19 +139,22 @@ class KillSwitch(TaskiqMiddleware):
             return message.task_name == MEMBER_TASK
         return False
 
-    async def _die_if_chosen(self, choice: str, message: TaskiqMessage) -> None:
+    async def _takes_the_flag(self, choice: str, message: TaskiqMessage) -> bool:
         if not self.broker.is_worker_process or not self._chosen(choice, message):
-            return
+            return False
         who = f"{os.getpid()} {message.task_id}"
-        if await obs().set(obs_key("killed"), who, nx=True):
-            os.kill(os.getpid(), signal.SIGKILL)
+        return bool(await obs().set(obs_key("killed"), who, nx=True))
 
     async def pre_send(self, message: TaskiqMessage) -> TaskiqMessage:
-        await self._die_if_chosen(KILL_ON, message)
+        if await self._takes_the_flag(KILL_ON, message):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if await self._takes_the_flag(KILL_AFTER, message):
+            self._dies_after = message.task_id
         return message
 
-    async def post_send(self, message: TaskiqMessage) -> None:
-        await self._die_if_chosen(KILL_AFTER, message)
+    def post_send(self, message: TaskiqMessage) -> None:
+        if message.task_id == self._dies_after:
+            os.kill(os.getpid(), signal.SIGKILL)  # nothing awaited before it
 
 
 _broker_options: dict[str, Any] = {}
