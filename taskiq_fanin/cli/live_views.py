@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from taskiq_fanin.cli.snapshots import ChainView, GroupView, View
+from taskiq_fanin.domain.readable import duration
 
 #: Columns the bar takes.
 BAR_WIDTH = 40
@@ -18,16 +19,6 @@ _AFTER_MEMBERS = {
     "dispatched": "continuation queued",
     "running": "continuation running",
 }
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def _state(state: str, ended: bool) -> Text:
@@ -48,7 +39,7 @@ def group_lines(view: GroupView) -> RenderableType:
         finished_style=style,
     )
     rate = "-" if view.rate is None else f"{view.rate:.1f}/s"
-    left = "left " + ("open" if view.open else _duration(view.eta_seconds))
+    left = "left " + ("open" if view.open else duration(view.eta_seconds, digits=0))
     if view.members_ended:
         left = _AFTER_MEMBERS.get(view.state, "ended")
     line = Table.grid(padding=(0, 1))

@@ -14,6 +14,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from taskiq_fanin.domain.readable import duration, moment
 from taskiq_fanin.domain.results import (
     ChainState,
     ChainStatus,
@@ -129,24 +130,10 @@ def chain_doc(status: ChainStatus, now: datetime) -> dict[str, Any]:
     }
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
-def _time(moment: datetime | None) -> str:
-    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S} UTC"
-
-
 def _overdue_by(status: GroupStatus, now: datetime) -> str:
     if status.deadline is None or not status.overdue(now):
         return ""
-    return _duration((now - status.deadline).total_seconds())
+    return duration((now - status.deadline).total_seconds())
 
 
 def _members(indexes: list[int]) -> str:
@@ -186,10 +173,10 @@ def status_table(status: GroupStatus, now: datetime) -> Table:
         ("max in flight", status.max_in_flight or "-"),
         ("planned", "yes" if status.planned else "no"),
         ("redrives", status.redrives),
-        ("created", _time(status.created)),
-        ("deadline", _time(status.deadline)),
-        ("finished", _time(status.finished)),
-        ("age", _duration(status.age_seconds(now))),
+        ("created", moment(status.created)),
+        ("deadline", moment(status.deadline)),
+        ("finished", moment(status.finished)),
+        ("age", duration(status.age_seconds(now))),
         ("policies (failure, sweep)", ", ".join(policies) or "-"),
     ):
         add_literal_row(table, name, str(value))
@@ -240,10 +227,10 @@ def chain_table(status: ChainStatus, now: datetime) -> RenderableType:
     rows = [
         ("state", status.state.value),
         ("step", where),
-        ("started", _time(status.started)),
-        ("updated", _time(status.updated)),
-        ("finished", _time(status.finished)),
-        ("age", _duration(status.age_seconds(now))),
+        ("started", moment(status.started)),
+        ("updated", moment(status.updated)),
+        ("finished", moment(status.finished)),
+        ("age", duration(status.age_seconds(now))),
         ("failed step", _step(status, status.failed_step)),
         ("error", _error(status.error)),
     ]
@@ -281,7 +268,7 @@ def list_table(statuses: list[GroupStatus], now: datetime, title: str) -> Table:
             status.state.value,
             f"{status.done}/{status.failed}/{status.total}",
             str(status.pending),
-            _duration(status.age_seconds(now)),
+            duration(status.age_seconds(now)),
             _overdue_by(status, now),
         )
     return table
@@ -300,14 +287,14 @@ def chain_list_table(statuses: list[ChainStatus], now: datetime, title: str) -> 
         age = None if status.started is None else (now - status.started).total_seconds()
         late = ""
         if status.due is not None and status.overdue(now):
-            late = _duration((now - status.due).total_seconds())
+            late = duration((now - status.due).total_seconds())
         add_literal_row(
             table,
             status.chain_id,
             status.state.value,
             _step(status, status.step),
             status.version or "-",
-            _duration(age),
+            duration(age),
             late,
         )
     return table
@@ -346,8 +333,8 @@ def sweep_table(findings: list[Finding], dry_run: bool) -> Table:
             action,
             f"{finding.done}/{finding.failed}/{finding.total}",
             _members(finding.missing),
-            _duration(finding.age_seconds),
-            _duration(finding.overdue_seconds),
+            duration(finding.age_seconds),
+            duration(finding.overdue_seconds),
             finding.note,
         )
     return table

@@ -10,6 +10,7 @@ from html import escape
 from urllib.parse import quote
 
 from taskiq_fanin.domain.ids import undo_chain_id
+from taskiq_fanin.domain.readable import duration, moment
 from taskiq_fanin.domain.results import (
     ChainState,
     ChainStatus,
@@ -33,22 +34,6 @@ li[aria-current=step]::after{content:"  \\2190 current"} form{display:inline}
 def esc(value: object) -> str:
     """``value`` as HTML text (quotes too)."""
     return escape(str(value), quote=True)
-
-
-def duration(seconds: float | None) -> str:
-    """Seconds as people read them: ``4.2s``, ``3m07s``, ``2h05m``."""
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
-def when(moment: datetime | None) -> str:
-    """A moment in UTC, or ``-``."""
-    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def error_text(error: MemberError | None) -> str:
@@ -149,7 +134,7 @@ def _group_row(status: GroupStatus, now: datetime) -> str:
         f"</td><td>{doc.ended}/{doc.total} ({doc.percent:.1f}%)</td>"
         f"<td>{esc(status.state.value)}{stuck}</td>"
         f"<td>{duration(status.age_seconds(now))}</td>"
-        f"<td>{when(status.deadline)}</td></tr>"
+        f"<td>{moment(status.deadline)}</td></tr>"
     )
 
 
@@ -161,7 +146,7 @@ def _chain_row(status: ChainStatus, now: datetime) -> str:
         f"</td><td>step {step} of {status.steps}</td>"
         f"<td>{esc(status.state.value)}{stuck}</td>"
         f"<td>{duration(status.age_seconds(now))}</td>"
-        f"<td>{when(status.due)}</td></tr>"
+        f"<td>{moment(status.due)}</td></tr>"
     )
 
 
@@ -176,7 +161,7 @@ def index_page(
     prefix: str,
 ) -> str:
     """``/``: the open groups and chains (stuck ones first), and those finished."""
-    parts = [f"<p>Prefix <code>{esc(prefix)}</code>, at {when(now)}.</p>"]
+    parts = [f"<p>Prefix <code>{esc(prefix)}</code>, at {moment(now)}.</p>"]
     for name, listing, row, due_name, key in (
         ("Groups", groups, _group_row, "deadline", "groups"),
         ("Chains", chains, _chain_row, "due", "chains"),
@@ -262,8 +247,8 @@ def chain_page(status: ChainStatus, now: datetime, compensations: list[str]) -> 
     undo = undo_chain_id(status.chain_id)
     body = (
         f'<p>State <span id="state">{esc(doc.state)}</span>{stuck}, step '
-        f'<span id="step">{doc.shown}</span>; started {when(status.started)}, '
-        f"due {when(status.due)}, finished {when(status.finished)}, age "
+        f'<span id="step">{doc.shown}</span>; started {moment(status.started)}, '
+        f"due {moment(status.due)}, finished {moment(status.finished)}, age "
         f"{duration(status.age_seconds(now))}.</p>"
         f'<h2>Steps</h2><ol id="steps">{"".join(steps)}</ol>'
         f"<h2>Compensations</h2><p class=muted>Of the steps completed so far; on "

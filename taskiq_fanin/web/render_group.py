@@ -5,18 +5,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import quote
 
+from taskiq_fanin.domain.readable import duration, moment
 from taskiq_fanin.domain.results import GroupState, GroupStatus, MemberError
 from taskiq_fanin.domain.watching import GroupProgress, MemberOutcome
 from taskiq_fanin.web.queries import Member
 from taskiq_fanin.web.render import (
-    duration,
     error_text,
     esc,
     group_href,
     page,
     pager,
     progress_doc,
-    when,
 )
 
 GROUP_SCRIPT = """
@@ -76,7 +75,7 @@ def _members_table(items: list[Member]) -> str:
 def _outcomes(status: GroupStatus, view: GroupView) -> str:
     href = group_href(status.group_id)
     rows = "".join(
-        f"<tr><td>{when(o.at)}</td><td>{o.index}</td><td>{esc(o.state)}</td>"
+        f"<tr><td>{moment(o.at)}</td><td>{o.index}</td><td>{esc(o.state)}</td>"
         f"<td>{_detail(o.state, o.result, o.error)}</td></tr>"
         for o in view.outcomes
     )
@@ -147,8 +146,8 @@ def group_page(
         f'<span id="pace">{esc(doc.pace)}</span></p>',
         f"<p>{counts}</p>",
         f'<p>State <span id="state">{esc(doc.state)}</span>{stuck}; created '
-        f"{when(status.created)}, deadline {when(status.deadline)}, finished "
-        f"{when(status.finished)}, age {duration(status.age_seconds(now))}.</p>",
+        f"{moment(status.created)}, deadline {moment(status.deadline)}, finished "
+        f"{moment(status.finished)}, age {duration(status.age_seconds(now))}.</p>",
         _actions(status, now, view.actions, view.broker),
     ]
     rows = "".join(
