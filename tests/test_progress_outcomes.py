@@ -26,6 +26,8 @@ from taskiq_fanin.errors import (
 )
 from taskiq_fanin.inspection import progress
 from taskiq_fanin.models import ChainState, GroupState, MemberOutcome, StepOutcome
+from taskiq_fanin.storage.keys import group_keys
+from taskiq_fanin.storage.outcome_stream import START, read_after
 from tests.harness import (
     DuplicatingMiddleware,
     drained,
@@ -121,6 +123,40 @@ async def test_readers_live_late_and_resumed_see_every_outcome_once(
     assert resumed == seen[10:]
     (result,) = results
     assert result.done_count + result.failed_count + result.skipped_count == MEMBERS
+
+
+async def test_each_entry_counts_the_groups_outcomes_so_far(
+    redis_url: str, key_prefix: str
+) -> None:
+    """What a rate is counted by: 1 to N in the order recorded, failures and
+    skips included, a member delivered twice counted once."""
+    twice = DuplicatingMiddleware(lambda m: m.task_id == "counted~4")
+    broker, fanin = stream_broker(redis_url, key_prefix, twice)
+
+    @broker.task
+    async def item(index: int) -> int:
+        if _expected(index) == "failed":
+            raise ValueError("broken")
+        if _expected(index) == "skipped":
+            raise Skip("not an image")
+        return index
+
+    async with worker(broker, max_async_tasks=4) as receiver:
+        handle = await group(
+            [Signature.of(item, i) for i in range(12)], group_id="counted"
+        ).kiq(broker)
+        await eventually(lambda: _ended(handle), what="the group to end")
+        await drained(broker, receiver)
+        key = group_keys(key_prefix, "counted").outcomes
+        entries = await read_after(fanin.context.redis, key, START, count=100)
+
+    assert twice.duplicated
+    assert sorted(e.index for e in entries) == list(range(12))
+    assert [e.ordinal for e in entries] == list(range(1, 13))
+
+
+async def _ended(handle: Any) -> bool:
+    return bool((await handle.progress()).ended)
 
 
 async def test_progress_gives_counts_rate_and_time_left_while_members_run(

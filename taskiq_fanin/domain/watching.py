@@ -26,7 +26,7 @@ ENDED_CHAIN_STATES = frozenset(
 class GroupProgress(BaseModel):
     """A group's counts, its pace and the time it has left, as Redis holds them now.
 
-    O(1) in the group's size: its meta and the tail of its outcome stream.
+    O(1) in the group's size: its meta and three entries of its outcome stream.
     """
 
     group_id: str

@@ -99,9 +99,10 @@ class GroupKeys:
     def outcomes(self) -> str:
         """Stream: each member's outcome as it is recorded (``recordOutcome``).
 
-        Fields ``i`` (index), ``o`` (done, failed or skipped) and ``p`` (its
-        result, error or reason as JSON, when it has one of at most 1 KiB;
-        larger, ``c``: cut); trimmed to the
+        Fields ``i`` (index), ``o`` (done, failed or skipped), ``n`` (the
+        group's outcomes so far, this one included) and ``p`` (its result,
+        error or reason as JSON, when it has one of at most 1 KiB; larger,
+        ``c``: cut); trimmed to the
         middleware's ``outcome_stream_max``, and kept as long as the meta, so
         that a reader that comes late still reads the group's end.
         """

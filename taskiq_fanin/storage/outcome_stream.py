@@ -1,10 +1,11 @@
 """Reading a group's outcome stream (written by ``recordOutcome``).
 
 Each entry is one member's outcome: ``i`` (its index), ``o`` (done, failed or
-skipped) and ``p`` (its result, error or reason as JSON, left out when it has
-none; over 1 KiB, ``c`` says it was cut instead). Its id, on Redis's clock,
-is the reader's cursor. Every read here is bounded: a page after a cursor, or
-the latest few entries.
+skipped), ``n`` (the group's outcomes so far, this one included) and ``p``
+(its result, error or reason as JSON, left out when it has none; over 1 KiB,
+``c`` says it was cut instead). Its id, on Redis's clock, is the reader's
+cursor. Every read here is bounded: a page after a cursor, or the three
+entries a pace is counted from.
 """
 
 import re
@@ -35,6 +36,20 @@ class StreamEntry:
     #: Its payload was larger than the stream keeps (``recordOutcome``'s
     #: ``STREAM_PAYLOAD``, 1 KiB): the group's result holds it.
     cut: bool = False
+    #: The group's outcomes recorded so far, this one included (``None``: an
+    #: entry written before the stream counted them).
+    ordinal: int | None = None
+
+
+@dataclass(frozen=True)
+class PaceMarks:
+    """The entries a pace is counted between (``None``: the stream has none)."""
+
+    #: The newest entry recorded at or before the look-back's start.
+    before: StreamEntry | None
+    #: The oldest entry the stream still keeps, and its newest.
+    oldest: StreamEntry | None
+    newest: StreamEntry | None
 
 
 def checked_cursor(cursor: str | None) -> str:
@@ -72,6 +87,7 @@ def _entry(entry_id: Any, fields: dict[Any, Any]) -> StreamEntry:
         outcome=values["o"],
         payload=values.get("p", ""),
         cut=values.get("c") == "1",
+        ordinal=int(values["n"]) if "n" in values else None,
     )
 
 
@@ -104,7 +120,17 @@ async def wait_after(
     return [_entry(entry_id, fields) for entry_id, fields in entries]
 
 
-async def latest(client: RedisClient, key: str, *, count: int) -> list[StreamEntry]:
-    """The ``count`` latest entries, newest first (what a pace is read from)."""
-    found: Any = await client.xrevrange(key, max="+", min="-", count=count)
-    return [_entry(entry_id, fields) for entry_id, fields in found]
+async def pace_marks(client: RedisClient, key: str, *, since_ms: int) -> PaceMarks:
+    """The three entries a pace is counted between, in one round trip.
+
+    ``since_ms``: the look-back's start (epoch ms, Redis's clock).
+    """
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.xrevrange(key, max=str(since_ms), min="-", count=1)
+        pipe.xrange(key, min="-", max="+", count=1)
+        pipe.xrevrange(key, max="+", min="-", count=1)
+        found: list[Any] = await pipe.execute()
+    before, oldest, newest = (
+        _entry(*entries[0]) if entries else None for entries in found
+    )
+    return PaceMarks(before=before, oldest=oldest, newest=newest)

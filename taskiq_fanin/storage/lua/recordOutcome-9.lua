@@ -35,9 +35,10 @@
   released by the batch that adds it (addMembers).
 
   Each outcome newly recorded in an open group is also appended to the
-  group's outcome stream (the last key: fields i, o and p, its payload when it has
-  one of at most STREAM_PAYLOAD bytes, else c = 1: cut, read it from the group's
-  result; the entry's id, on Redis's clock, is the readers' cursor), trimmed to
+  group's outcome stream (the last key: fields i, o, n: the group's outcomes so
+  far, this one included, and p, its payload when it has one of at most
+  STREAM_PAYLOAD bytes, else c = 1: cut, read it from the group's result; the
+  entry's id, on Redis's clock, is the readers' cursor), trimmed to
   about ARGV[4] entries (0: no stream), with the meta's expiry. A reader
   follows it as it grows (handle.outcomes()) and times it (progress()'s
   rate): no round trip of its own.
@@ -124,16 +125,19 @@ local streamed = false
 -- Append a new outcome to the group's stream, for its readers: a payload up
 -- to this size (a stream of 10,000 results of 64 KiB would hold 640 MB).
 local STREAM_PAYLOAD = 1024
+-- n: the group's outcomes so far, this one included (a rate counts between two).
 local function stream(index, outcome, payload)
   if stream_max <= 0 then return end
+  local n = counts.done + counts.failed
   if #payload > STREAM_PAYLOAD then
     redis.call('XADD', KEYS[9], 'MAXLEN', '~', stream_max, '*',
-      'i', index, 'o', outcome, 'c', 1)
+      'i', index, 'o', outcome, 'n', n, 'c', 1)
   elseif payload ~= '' then
     redis.call('XADD', KEYS[9], 'MAXLEN', '~', stream_max, '*',
-      'i', index, 'o', outcome, 'p', payload)
+      'i', index, 'o', outcome, 'n', n, 'p', payload)
   else
-    redis.call('XADD', KEYS[9], 'MAXLEN', '~', stream_max, '*', 'i', index, 'o', outcome)
+    redis.call('XADD', KEYS[9], 'MAXLEN', '~', stream_max, '*',
+      'i', index, 'o', outcome, 'n', n)
   end
   streamed = true
 end
