@@ -50,7 +50,7 @@ for req in requires("taskiq-fanin") or []:
 endef
 export FLOOR_PINS
 
-.PHONY: venv lint format check-redis test test-fast test-lowest bench clean
+.PHONY: venv lint format system-packages test test-fast test-lowest bench clean
 
 venv: $(STAMP)
 
@@ -78,21 +78,15 @@ $(LOWEST_STAMP): pyproject.toml $(TOOLS)
 	$(LOWEST_BIN)/python -m pip check
 	@touch $@
 
-# The tests start their own redis-server (and a 3-node cluster for the cluster
-# tests) unless REDIS_URL names one; here we only check it can be found.
-check-redis:
-	@if [ -z "$$REDIS_URL" ]; then \
-	  for tool in redis-server redis-cli; do \
-	    if ! command -v $$tool >/dev/null 2>&1; then \
-	      echo "error: $$tool not found on PATH; the tests start their own Redis." >&2; \
-	      echo "  Install it: sudo apt-get install redis-server redis-tools   (macOS: brew install redis)" >&2; \
-	      echo "  or point REDIS_URL at a Redis server the tests may use (they never flush it)." >&2; \
-	      exit 1; \
-	    fi; \
-	  done; \
-	fi
+# What the tests need from the system, installed with apt-get when missing (as
+# root, or through sudo; else it says what to install): redis-server and
+# redis-cli, unless REDIS_URL names a Redis (the tests start their own, and a
+# 3-node cluster for the cluster tests), and Debian's Chromium for the web
+# page's tests. The benchmarks need the Redis alone.
+system-packages:
+	@.ci/system-packages $(if $(REDIS_URL),,redis) chromium
 
-test: check-redis venv
+test: system-packages venv
 	@$(MAKE) --no-print-directory lint
 	$(BIN)/$(PYTEST)
 
@@ -108,14 +102,17 @@ test-fast: venv
 
 # The tests of the docs, the packaging and the public surface (marker
 # `surface`) read files, not the dependencies: they run once, in `make test`.
-test-lowest: check-redis $(LOWEST_STAMP)
+test-lowest: system-packages $(LOWEST_STAMP)
 	@echo "$(LOWEST_VENV): $$($(LOWEST_BIN)/python --version)," \
 	  "$$(tr '\n' ' ' < $(LOWEST_VENV)/floors.txt)"
 	$(LOWEST_BIN)/$(PYTEST) -m "not surface"
 
-# Real taskiq workers against REDIS_URL, else a throwaway redis-server, else an
-# embedded fakeredis; writes bench-results/. A quick run: make bench BENCH_ARGS=--quick
+# Real taskiq workers against REDIS_URL, else a throwaway redis-server (apt-get
+# installs it when missing), else an embedded fakeredis; writes bench-results/.
+# A quick run: make bench BENCH_ARGS=--quick
 bench: venv
+	@.ci/system-packages $(if $(REDIS_URL),,redis) || \
+	  echo "make bench: no redis-server: an embedded fakeredis stands in, which times nothing"
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 clean:

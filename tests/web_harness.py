@@ -2,7 +2,7 @@
 port, and the system's Chromium (Debian's ``chromium``) driven by Playwright.
 
 Never a browser Playwright downloads: ``executable_path`` is the system's, and
-a machine without it fails with how to install it (CI's ``.ci/run`` does).
+a machine without it fails with how to install it (``make test`` does).
 """
 
 import asyncio
@@ -26,7 +26,7 @@ def chromium_path() -> str:
     if found is None:
         raise AssertionError(
             "the web page's tests need the system's Chromium: "
-            "sudo apt-get install chromium (CI's .ci/run installs it)"
+            "sudo apt-get install chromium (make test installs it)"
         )
     return found
 
