@@ -25,11 +25,12 @@ from taskiq_fanin import (
     cancel,
     chain,
     group,
+    group_handle,
     sweep,
 )
 from taskiq_fanin.domain.ids import member_task_id
 from taskiq_fanin.errors import InvalidOptionError
-from taskiq_fanin.inspection import chain_status, group_status
+from taskiq_fanin.inspection import chain_status, group_status, progress
 from taskiq_fanin.storage.keys import index_key, sweep_lock_key
 from taskiq_fanin.transport.queue_kicks import PipelinedBroker, kicking_broker
 from tests import cluster_app
@@ -61,10 +62,17 @@ async def test_the_album_fans_in_once_on_a_cluster(
             await app.drained()
         published, runs = await app.published(), await app.runs()
         status = await app.status("album")
+        # Its stream and pace are read on the group's slot, in one pipeline.
+        read = await progress(app.fanin, "album")
+        outcomes = [o.index async for o in group_handle(app.fanin, "album").outcomes()]
 
     assert [result["results"] for result in published] == [[0, 10, 20, 30, 40]]
     assert runs == {member_task_id("album", i): 1 for i in range(5)}
     assert (status.state.value, status.done) == ("completed", 5)
+    assert (read.done, read.total, read.ended, read.rate is not None) == (
+        5, 5, True, True
+    )  # fmt: skip
+    assert sorted(outcomes) == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("kind", KINDS)
