@@ -35,18 +35,23 @@ LOWEST_PYTHON ?= $(or $(shell for py in python3.10 \
     "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.10*/bin/python3.10; do \
     "$$py" -c '' 2>/dev/null && { echo "$$py"; break; }; done),$(PYTHON))
 
-# name==floor for each runtime requirement of the installed project, read from
-# its metadata; a requirement without a `>=` stops the run, having none to pin.
+# name==floor for each runtime requirement of the installed project, and of its
+# `web` extra (the page's server), read from its metadata; a requirement without
+# a `>=` stops the run, having none to pin.
 define FLOOR_PINS
 import re, sys
 from importlib.metadata import requires
+pins = {}
 for req in requires("taskiq-fanin") or []:
-    if "extra ==" in req:
+    extra = re.search(r"extra\s*==\s*['\"](\w+)", req)
+    if extra is not None and extra[1] != "web":
         continue
     floor = re.match(r"([A-Za-z0-9._-]+)[^;]*?>=\s*([^,;\s]+)", req)
     if floor is None:
         sys.exit(f"{req}: no floor (>=) for $(LOWEST_VENV) to pin")
-    print(f"{floor[1]}=={floor[2]}")
+    pins[floor[1]] = floor[2]
+for name, version in pins.items():
+    print(f"{name}=={version}")
 endef
 export FLOOR_PINS
 
