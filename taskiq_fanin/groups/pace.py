@@ -29,10 +29,12 @@ NO_MARKS = PaceMarks(before=None, oldest=None, newest=None)
 async def group_progress(ctx: FanInContext, group_id: str) -> GroupProgress:
     """How far the group has come, and how fast (``state`` missing: no group)."""
     status = await reading.status(ctx, group_id)
-    if status.state is GroupState.MISSING or status.read_at is None:
+    if status.state is GroupState.MISSING:
         return GroupProgress(
             group_id=group_id, state=status.state, read_at=status.read_at
         )
+    if status.read_at is None:  # no clock read: no rate to give
+        return progress_of(status)
     key = group_keys(ctx.config.prefix, group_id).outcomes
     since_ms = int(status.read_at.timestamp() * 1000 - RATE_SECONDS * 1000)
     marks = await outcome_stream.pace_marks(ctx.redis, key, since_ms=since_ms)
